@@ -1,0 +1,3 @@
+from senddock.cli import main
+
+main()

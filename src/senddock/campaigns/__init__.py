@@ -1,0 +1,22 @@
+"""Campaigns: create, Broadcast() enqueue, counts, pause and resume."""
+
+from senddock.campaigns.broadcast import NothingToSend, broadcast
+from senddock.campaigns.campaigns import (
+    CampaignError,
+    UnknownCampaign,
+    create_campaign,
+    pause,
+    resume,
+    status,
+)
+
+__all__ = [
+    "CampaignError",
+    "NothingToSend",
+    "UnknownCampaign",
+    "broadcast",
+    "create_campaign",
+    "pause",
+    "resume",
+    "status",
+]

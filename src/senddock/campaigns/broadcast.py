@@ -1,0 +1,66 @@
+"""Broadcast(): enqueue a campaign, and nothing else. One set-based transaction (invariant 7)."""
+
+from __future__ import annotations
+
+import email.utils
+import secrets
+from typing import Any
+
+import psycopg
+
+from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+
+NOTIFY_CHANNEL = "senddock_jobs"
+
+LOCK_CAMPAIGN = """
+SELECT id, list_id, from_addr, status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE
+"""
+NEW_BROADCAST = "INSERT INTO broadcasts (campaign_id, total) VALUES (%s, 0) RETURNING id"
+# One job per distinct (one subscriber per address), confirmed, active, non-suppressed address.
+# The Message-ID is fixed here, so every attempt of the job carries the same one (invariant 9).
+ENQUEUE = """
+INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
+SELECT %(b)s::bigint, s.id, s.email,
+       format('<sd.%%s.%%s.%%s@%%s>', %(b)s::bigint, s.id, %(token)s::text, %(domain)s::text)
+FROM list_memberships m
+JOIN subscribers s ON s.id = m.subscriber_id
+WHERE m.list_id = %(list)s::bigint AND m.status = 'confirmed' AND s.status = 'active'
+  AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
+ON CONFLICT (broadcast_id, subscriber_id) DO NOTHING
+"""
+LINK = """
+WITH b AS (UPDATE broadcasts SET total = %(total)s WHERE id = %(b)s)
+UPDATE campaigns SET broadcast_id = %(b)s, status = 'sending', updated_at = now() WHERE id = %(c)s
+"""
+
+
+class NothingToSend(CampaignError):
+    """The campaign's list has no one to send to."""
+
+
+def broadcast(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tuple[int, int, bool]:
+    """Enqueue campaign `campaign_id`: (broadcast id, jobs, created now). Idempotent."""
+    with conn.transaction():
+        row = conn.execute(LOCK_CAMPAIGN, (campaign_id,)).fetchone()
+        if row is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if row["broadcast_id"] is not None:
+            known = conn.execute(
+                "SELECT total FROM broadcasts WHERE id = %s", (row["broadcast_id"],)
+            ).fetchone()
+            return int(row["broadcast_id"]), int(known["total"]) if known else 0, False
+        if row["status"] != "draft":
+            raise CampaignError(f"campaign {campaign_id} is {row['status']}, not a draft")
+        b = conn.execute(NEW_BROADCAST, (campaign_id,)).fetchone()
+        assert b is not None
+        bid = int(b["id"])
+        domain = email.utils.parseaddr(str(row["from_addr"]))[1].rsplit("@", 1)[-1]
+        params = {"b": bid, "list": row["list_id"], "token": secrets.token_hex(4), "domain": domain}
+        total = conn.execute(ENQUEUE, params).rowcount
+        if total == 0:
+            raise NothingToSend(
+                f"campaign {campaign_id}: its list has no confirmed, unsuppressed subscriber"
+            )
+        conn.execute(LINK, {"total": total, "b": bid, "c": campaign_id})
+        conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+    return bid, total, True

@@ -1,0 +1,145 @@
+"""Campaign records, their exact counts, pause and resume."""
+
+from __future__ import annotations
+
+import email.utils
+from typing import Any
+
+import psycopg
+
+from senddock.audience.addresses import normalize
+from senddock.audience.lists import find_list
+from senddock.delivery.queue import FINISH
+from senddock.messages import compile_message
+
+NOTIFY_CHANNEL = "senddock_jobs"
+
+
+class CampaignError(ValueError):
+    """A campaign operation that cannot be done as asked."""
+
+
+class UnknownCampaign(CampaignError, LookupError):
+    """No campaign with that id."""
+
+
+def create_campaign(
+    conn: psycopg.Connection[dict[str, Any]],
+    *,
+    name: str,
+    list_name: str,
+    subject: str,
+    from_addr: str,
+    text_body: str,
+    html_body: str | None = None,
+) -> int:
+    """Check everything that could fail mid-broadcast now, then store a draft; its id."""
+    compile_message(subject, from_addr, text_body, html_body)  # TemplateProblem / HeaderError
+    normalize(email.utils.parseaddr(from_addr)[1])  # InvalidAddress
+    list_id = find_list(conn, list_name)
+    row = conn.execute(
+        "INSERT INTO campaigns (name, list_id, subject, from_addr, text_body, html_body)"
+        " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+        (name, list_id, subject, from_addr, text_body, html_body),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+COUNTS = """
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'sending') AS sending,
+       count(*) FILTER (WHERE status = 'retry') AS retry,
+       count(*) FILTER (WHERE status = 'sent') AS sent,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced') AS bounced,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed') AS suppressed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted') AS exhausted,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected') AS rejected
+FROM broadcast_jobs WHERE broadcast_id = %s
+"""
+
+COUNT_KEYS = (
+    "total",
+    "pending",
+    "sending",
+    "retry",
+    "sent",
+    "failed",
+    "bounced",
+    "suppressed",
+    "exhausted",
+    "rejected",
+)
+
+
+def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
+    """The campaign's state and exact counts, read from the queue in one snapshot."""
+    with conn.transaction():
+        conn.execute(FINISH)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        c = conn.execute(
+            "SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault"
+            " FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s",
+            (campaign_id,),
+        ).fetchone()
+        if c is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        counts: dict[str, Any] = dict.fromkeys(COUNT_KEYS, 0)
+        if c["broadcast_id"] is not None:
+            row = conn.execute(COUNTS, (c["broadcast_id"],)).fetchone()
+            assert row is not None
+            counts = {k: int(row[k]) for k in COUNT_KEYS}
+    return {
+        "id": c["id"],
+        "name": c["name"],
+        "status": c["status"],
+        "broadcast_id": c["broadcast_id"],
+        **counts,
+        "pause_reason": c["pause_reason"],
+        "last_sender_fault": c["last_sender_fault"],
+    }
+
+
+def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run: bool) -> None:
+    if run:
+        frm, to, cfrm, cto = "paused", "running", "paused", "sending"
+    else:
+        frm, to, cfrm, cto = "running", "paused", "sending", "paused"
+    with conn.transaction():
+        c = conn.execute(
+            "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
+        ).fetchone()
+        if c is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if c["status"] != cfrm:
+            verb = "resume" if run else "pause"
+            raise CampaignError(f"cannot {verb} campaign {campaign_id}: it is {c['status']}")
+        conn.execute(
+            "UPDATE broadcasts SET status = %s, pause_reason = NULL WHERE id = %s AND status = %s",
+            (to, c["broadcast_id"], frm),
+        )
+        conn.execute(
+            "UPDATE campaigns SET status = %s, updated_at = now() WHERE id = %s", (cto, campaign_id)
+        )
+        if run:
+            # Jobs sent back by replies about us wait a backoff; once a person has fixed the
+            # cause they may go at once.
+            conn.execute(
+                "UPDATE broadcast_jobs SET run_at = now() WHERE broadcast_id = %s"
+                " AND status = 'retry' AND sender_faults > 0 AND run_at > now()",
+                (c["broadcast_id"],),
+            )
+            conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+
+
+def pause(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:
+    """Stop new claims at once; messages in flight finish."""
+    _set_running(conn, campaign_id, run=False)
+
+
+def resume(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:
+    """Let a paused campaign's broadcast be claimed again."""
+    _set_running(conn, campaign_id, run=True)

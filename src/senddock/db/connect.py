@@ -1,0 +1,38 @@
+"""Where the database is: SENDDOCK_DATABASE_URL, or an embedded Postgres of our own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+from senddock.config import Settings
+from senddock.db.embedded import EmbeddedPostgres
+
+_embedded: EmbeddedPostgres | None = None
+
+
+def default_data_dir(settings: Settings) -> Path:
+    """Where the embedded Postgres keeps its data when no URL is given."""
+    if settings.data_dir:
+        return Path(settings.data_dir)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "senddock"
+
+
+def database_url(settings: Settings) -> str:
+    """The configured URL, or start (or join) the embedded server and return its URL."""
+    global _embedded
+    if settings.database_url:
+        return settings.database_url
+    if _embedded is None:
+        _embedded = EmbeddedPostgres(default_data_dir(settings) / "pgdata")
+        _embedded.start()
+    return _embedded.url
+
+
+def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[dict[str, object]]:
+    """A synchronous connection whose rows are dicts."""
+    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, connect_timeout=10)

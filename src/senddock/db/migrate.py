@@ -1,0 +1,65 @@
+"""Versioned migrations: numbered .sql files, each applied once, in order, in its own transaction.
+
+Safe to run while workers run and from several processes at once: a transaction-level advisory
+lock serialises migrators, and every migration is additive.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import psycopg
+
+_LOCK_KEY = 0x53454E44  # "SEND"
+
+
+class MigrationError(RuntimeError):
+    """The schema is missing or behind the code."""
+
+
+def available() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every migration shipped with the package, in order."""
+    found = []
+    for entry in resources.files("senddock.db.migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            found.append((version, entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def applied(conn: psycopg.Connection[dict[str, object]]) -> set[int]:
+    """Versions already applied; empty when the schema was never created."""
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e").fetchone()
+    if not exists or not exists["e"]:
+        return set()
+    return {int(str(r["version"])) for r in conn.execute("SELECT version FROM schema_migrations")}
+
+
+def migrate(conn: psycopg.Connection[dict[str, object]]) -> list[str]:
+    """Apply what is missing; return the names applied. Idempotent."""
+    done: list[str] = []
+    for version, name, sql in available():
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            if version in applied(conn):
+                continue
+            conn.execute(sql.encode())
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
+            )
+            done.append(name)
+    return done
+
+
+def check_current(conn: psycopg.Connection[dict[str, object]]) -> None:
+    """Raise MigrationError unless every shipped migration is applied."""
+    missing = [name for version, name, _ in available() if version not in applied(conn)]
+    if missing:
+        raise MigrationError(
+            f"database schema is not current (missing {', '.join(missing)}): run 'senddock migrate'"
+        )

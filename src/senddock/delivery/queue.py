@@ -1,0 +1,275 @@
+"""The delivery queue: every statement that moves a job between states lives here.
+
+pending|retry --claim--> sending --outcome--> sent | retry | failed
+sending --owner died--> retry (rescued)        sending --not started, shutting down--> back
+
+Each statement names the invariant of shared/DESIGN.md it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from senddock.delivery.outcome import Reply, Transition
+
+AsyncConn = AsyncConnection[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job: what a sender needs to render and send one message."""
+
+    id: int
+    broadcast_id: int
+    email: str
+    name: str
+    attributes: dict[str, Any]
+    attempts: int
+    sender_faults: int
+    message_id: str
+
+
+# Invariant 2: one statement claims; the CTE locks at most n rows (LIMIT inside the locking
+# SELECT), counts the attempt at claim, and commits before anything is sent. A job whose
+# address was suppressed after enqueue fails here as suppressed and is never sent.
+CLAIM = """
+WITH picked AS (
+    SELECT j.id, EXISTS (
+               SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email)
+           ) AS suppressed
+    FROM broadcast_jobs j
+    JOIN broadcasts b ON b.id = j.broadcast_id
+    WHERE j.status IN ('pending', 'retry') AND j.run_at <= now() AND b.status = 'running'
+    ORDER BY j.run_at
+    LIMIT %(n)s
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE broadcast_jobs j
+    SET status     = CASE WHEN p.suppressed THEN 'failed' ELSE 'sending' END,
+        failure    = CASE WHEN p.suppressed THEN 'suppressed' END,
+        attempts   = j.attempts + CASE WHEN p.suppressed THEN 0 ELSE 1 END,
+        owner      = %(owner)s,
+        claimed_at = now(),
+        updated_at = now()
+    FROM picked p
+    WHERE j.id = p.id
+    RETURNING j.id, j.broadcast_id, j.subscriber_id, j.email, j.status, j.attempts,
+              j.sender_faults, j.message_id
+)
+SELECT c.id, c.broadcast_id, c.email, s.name, s.attributes, c.attempts, c.sender_faults,
+       c.message_id
+FROM claimed c JOIN subscribers s ON s.id = c.subscriber_id
+WHERE c.status = 'sending'
+ORDER BY c.id
+"""
+
+# Invariant 4: fenced on (id, owner, attempt, status = 'sending'). The owner stays on the row
+# so a write whose commit was lost with the connection can be recognised afterwards.
+RECORD = """
+UPDATE broadcast_jobs
+SET status        = %(status)s,
+    failure       = %(failure)s,
+    attempts      = attempts - %(give_back)s,
+    sender_faults = sender_faults + %(sender_fault)s,
+    run_at        = now() + make_interval(secs => %(delay)s),
+    sent_at       = CASE WHEN %(status)s = 'sent' THEN now() END,
+    last_code     = %(code)s,
+    last_enhanced = %(enhanced)s,
+    last_reply    = %(reply)s,
+    last_stage    = %(stage)s,
+    updated_at    = now()
+WHERE id = %(id)s AND owner = %(owner)s AND attempts = %(attempt)s AND status = 'sending'
+RETURNING id
+"""
+
+# Invariant 6: a bounce suppresses the address in the same transaction as the job's failure.
+SUPPRESS_BOUNCE = """
+INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
+VALUES (%(email)s, 'bounce', %(broadcast_id)s, %(reply)s)
+ON CONFLICT ((lower(email))) DO NOTHING
+"""
+TAG_BOUNCED = """
+UPDATE subscribers SET status = 'bounced', updated_at = now() WHERE lower(email) = lower(%(email)s)
+"""
+
+# What a write whose commit was not acknowledged left behind (see `record`).
+READ_BACK = "SELECT status, owner, attempts FROM broadcast_jobs WHERE id = %(id)s"
+
+# Claims this process holds but never started (shutdown, or a claim whose commit reply was
+# lost): back to where they were, the attempt given back. Fenced like an outcome.
+RELEASE = """
+UPDATE broadcast_jobs j
+SET status     = CASE WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+    attempts   = j.attempts - 1,
+    owner      = NULL,
+    run_at     = now(),
+    updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
+WHERE j.id = r.id AND j.owner = %(owner)s AND j.attempts = r.attempt AND j.status = 'sending'
+"""
+RELEASE_ORPHANS = """
+UPDATE broadcast_jobs
+SET status     = CASE WHEN attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+    attempts   = attempts - 1,
+    owner      = NULL,
+    run_at     = now(),
+    updated_at = now()
+WHERE owner = %(owner)s AND status = 'sending' AND NOT (id = ANY(%(held)s::bigint[]))
+"""
+
+# Invariant 5: only jobs of owners known dead are rescued; the attempt they were in counts.
+RESCUE = """
+UPDATE broadcast_jobs
+SET status     = CASE WHEN attempts > %(budget)s THEN 'failed' ELSE 'retry' END,
+    failure    = CASE WHEN attempts > %(budget)s THEN 'exhausted' END,
+    owner      = NULL,
+    run_at     = now(),
+    last_stage = 'rescue',
+    last_reply = 'worker ' || owner || ' died during this attempt',
+    updated_at = now()
+WHERE status = 'sending' AND owner = ANY(%(dead)s::bigint[])
+"""
+
+# Invariant 8: "done" is observable. A broadcast is finished, and its campaign sent, only when
+# no job is pending, sending or retry.
+FINISH = """
+WITH done AS (
+    UPDATE broadcasts b SET status = 'finished', finished_at = now()
+    WHERE b.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j
+                      WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
+    RETURNING b.id, b.campaign_id
+)
+UPDATE campaigns c SET status = 'sent', updated_at = now()
+FROM done WHERE c.id = done.campaign_id
+RETURNING c.id
+"""
+
+# A broadcast whose relay keeps rejecting *us* stops claiming until a person resumes it.
+PAUSE_FOR_SENDER_FAULT = """
+WITH b AS (
+    UPDATE broadcasts SET status = 'paused', pause_reason = %(reason)s,
+                          last_sender_fault = %(reason)s
+    WHERE id = %(broadcast_id)s AND status = 'running'
+    RETURNING campaign_id
+)
+UPDATE campaigns c SET status = 'paused', updated_at = now() FROM b WHERE c.id = b.campaign_id
+"""
+NOTE_SENDER_FAULT = "UPDATE broadcasts SET last_sender_fault = %(reason)s WHERE id = %(id)s"
+
+# Job ids and the campaign they belong to, to compile each broadcast's message once.
+CAMPAIGN_OF = """
+SELECT c.subject, c.from_addr, c.text_body, c.html_body
+FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
+"""
+
+
+async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
+    """Claim up to n due jobs for `owner` and commit the claim."""
+    async with conn.transaction():
+        cur = await conn.execute(CLAIM, {"n": n, "owner": owner})
+        rows = await cur.fetchall()
+    return [
+        Job(
+            id=r["id"],
+            broadcast_id=r["broadcast_id"],
+            email=r["email"],
+            name=r["name"],
+            attributes=r["attributes"] or {},
+            attempts=r["attempts"],
+            sender_faults=r["sender_faults"],
+            message_id=r["message_id"],
+        )
+        for r in rows
+    ]
+
+
+def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "owner": owner,
+        "attempt": job.attempts,
+        "status": t.status,
+        "failure": t.failure,
+        "give_back": 0 if t.count_attempt else 1,
+        "sender_fault": 1 if t.sender_fault else 0,
+        "delay": t.delay,
+        "code": reply.code,
+        "enhanced": reply.enhanced,
+        "reply": reply.text[:1000],
+        "stage": reply.stage,
+    }
+
+
+async def record(conn: AsyncConn, job: Job, owner: int, t: Transition, reply: Reply) -> bool:
+    """Write one outcome, fenced on the claim. False: the claim was lost (rescued or released)."""
+    params = _record_params(job, owner, t, reply)
+    async with conn.transaction():
+        cur = await conn.execute(RECORD, params)
+        if await cur.fetchone() is None:
+            return False
+        if t.suppress:
+            bounce = {"email": job.email, "broadcast_id": job.broadcast_id, "reply": reply.text}
+            await conn.execute(SUPPRESS_BOUNCE, bounce)
+            await conn.execute(TAG_BOUNCED, bounce)
+    return True
+
+
+async def landed(conn: AsyncConn, job: Job, owner: int) -> bool:
+    """After a `record` whose commit was never acknowledged: did it land?
+
+    It did if the row is no longer our claim at this attempt yet still names us as owner
+    (an outcome keeps the owner; a rescue or release clears it).
+    """
+    cur = await conn.execute(READ_BACK, {"id": job.id})
+    row = await cur.fetchone()
+    if row is None or row["owner"] != owner:
+        return False
+    return bool(row["status"] != "sending" or row["attempts"] != job.attempts)
+
+
+async def release(conn: AsyncConn, owner: int, jobs: list[Job]) -> None:
+    """Give back claims that were never started."""
+    if jobs:
+        params = {
+            "owner": owner,
+            "ids": [j.id for j in jobs],
+            "attempts": [j.attempts for j in jobs],
+        }
+        await conn.execute(RELEASE, params)
+
+
+async def release_orphans(conn: AsyncConn, owner: int, held: list[int]) -> int:
+    """Give back claims of `owner` that no sender holds (a claim whose reply was lost)."""
+    cur = await conn.execute(RELEASE_ORPHANS, {"owner": owner, "held": held})
+    return cur.rowcount
+
+
+async def rescue(conn: AsyncConn, dead: list[int], budget: int) -> int:
+    """Return the jobs of dead owners to retry; the number rescued."""
+    if not dead:
+        return 0
+    cur = await conn.execute(RESCUE, {"dead": dead, "budget": budget})
+    return cur.rowcount
+
+
+async def finish(conn: AsyncConn) -> list[int]:
+    """Mark finished every running broadcast with nothing unfinished; the campaigns now sent."""
+    cur = await conn.execute(FINISH)
+    return [int(r["id"]) for r in await cur.fetchall()]
+
+
+async def pause_for_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str) -> None:
+    await conn.execute(PAUSE_FOR_SENDER_FAULT, {"broadcast_id": broadcast_id, "reason": reason})
+
+
+async def note_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str) -> None:
+    await conn.execute(NOTE_SENDER_FAULT, {"id": broadcast_id, "reason": reason})
+
+
+async def campaign_of(conn: AsyncConn, broadcast_id: int) -> dict[str, Any] | None:
+    cur = await conn.execute(CAMPAIGN_OF, {"id": broadcast_id})
+    return await cur.fetchone()

@@ -1,0 +1,173 @@
+"""Liveness and rescue: who is alive, who is dead, and taking back only what the dead held.
+
+How liveness is known (invariant 5):
+- Each worker process registers a row in `workers` and, on its heartbeat connection, holds a
+  session advisory lock keyed on its id. It writes `heartbeat_at = now()` (the database clock)
+  every `heartbeat_interval` seconds from a task of its own, so a slow SMTP call never delays it.
+- A worker is dead when either
+  (a) its heartbeat is older than `lease_seconds`, measured on the database clock from the later
+      of its last heartbeat and the Postgres server's start (a Postgres restart gives every
+      worker a full lease to come back), or
+  (b) it ran on this very host (same hostname and boot id) and its advisory lock is free and its
+      process (pid with the same start time) is gone, or the host has rebooted since: a crashed
+      worker is rescued by its replacement at once, with no lease to wait out.
+- A live worker fences itself: it starts no new message unless its last heartbeat succeeded
+  within half a lease, and a heartbeat that finds its row gone (declared dead) makes it drop
+  every claim it holds without sending. So a worker can only be declared dead once it has
+  stopped sending, and outcome writes of a declared-dead worker are refused by the fence.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from senddock.delivery import queue
+
+AsyncConn = AsyncConnection[dict[str, Any]]
+
+LOCK_CLASS = 0x5344  # first key of every worker's advisory lock; the second is the worker id
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this process is, in a form a peer on the same host can check."""
+
+    host: str
+    boot_id: str
+    pid: int
+    pid_started: str
+
+    @classmethod
+    def current(cls) -> Identity:
+        pid = os.getpid()
+        return cls(socket.gethostname(), _boot_id(), pid, process_start(pid) or "")
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[19]  # field 22 of stat(5), counting from the one after the command name
+
+
+def process_alive(pid: int, started: str) -> bool:
+    """Is the process that registered as (pid, started) still running here?"""
+    now = process_start(pid)
+    return now is not None and (not started or now == started)
+
+
+REGISTER = """
+INSERT INTO workers (host, boot_id, pid, pid_started, concurrency)
+VALUES (%(host)s, %(boot_id)s, %(pid)s, %(pid_started)s, %(concurrency)s)
+RETURNING id
+"""
+HEARTBEAT = "UPDATE workers SET heartbeat_at = now() WHERE id = %(id)s RETURNING id"
+LOCK = "SELECT pg_advisory_lock(%(cls)s, %(id)s::int)"
+STOPPING = "UPDATE workers SET stopping = true WHERE id = %(id)s"
+DEREGISTER = "DELETE FROM workers WHERE id = %(id)s"
+
+# Peers as the database sees them: heartbeat age on the database clock (from the later of the
+# heartbeat and the server's start) and whether the peer's heartbeat connection holds its lock.
+PEERS = """
+SELECT w.id, w.host, w.boot_id, w.pid, w.pid_started,
+       extract(epoch FROM now() - greatest(w.heartbeat_at, pg_postmaster_start_time()))
+           AS age,
+       EXISTS (SELECT 1 FROM pg_locks l
+               WHERE l.locktype = 'advisory' AND l.classid = %(cls)s AND l.objsubid = 2
+                 AND l.objid::bigint = w.id AND l.granted) AS locked
+FROM workers w WHERE w.id <> %(me)s
+"""
+# Owners of `sending` jobs that have no row at all (their row was removed as dead).
+UNKNOWN_OWNERS = """
+SELECT DISTINCT j.owner AS id FROM broadcast_jobs j
+WHERE j.status = 'sending' AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = j.owner)
+"""
+# Declare dead. For a lease lapse the age is checked again in the same statement, so a heartbeat
+# that landed since the look keeps the worker alive.
+BURY = """
+DELETE FROM workers w
+WHERE w.id = ANY(%(known_dead)s::bigint[])
+   OR (w.id = ANY(%(lapsed)s::bigint[])
+       AND now() - greatest(w.heartbeat_at, pg_postmaster_start_time())
+           > make_interval(secs => %(lease)s))
+RETURNING w.id
+"""
+
+
+async def register(conn: AsyncConn, me: Identity, concurrency: int) -> int:
+    """Insert this worker's row and take its lock on `conn` (which must stay open)."""
+    cur = await conn.execute(
+        REGISTER,
+        {
+            "host": me.host,
+            "boot_id": me.boot_id,
+            "pid": me.pid,
+            "pid_started": me.pid_started,
+            "concurrency": concurrency,
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    worker_id = int(row["id"])
+    await conn.execute(LOCK, {"cls": LOCK_CLASS, "id": worker_id})
+    return worker_id
+
+
+async def relock(conn: AsyncConn, worker_id: int) -> None:
+    """Take this worker's lock again on a new heartbeat connection."""
+    await conn.execute(LOCK, {"cls": LOCK_CLASS, "id": worker_id})
+
+
+async def heartbeat(conn: AsyncConn, worker_id: int) -> bool:
+    """Refresh the heartbeat; False when this worker was declared dead."""
+    cur = await conn.execute(HEARTBEAT, {"id": worker_id})
+    return await cur.fetchone() is not None
+
+
+async def deregister(conn: AsyncConn, worker_id: int) -> None:
+    await conn.execute(DEREGISTER, {"id": worker_id})
+
+
+async def sweep(conn: AsyncConn, me: int, ident: Identity, lease: float, budget: int) -> int:
+    """Declare dead the workers that are, rescue their jobs; the number of jobs rescued."""
+    cur = await conn.execute(PEERS, {"cls": LOCK_CLASS, "me": me})
+    known_dead: list[int] = []
+    lapsed: list[int] = []
+    for peer in await cur.fetchall():
+        if float(peer["age"]) > lease:
+            lapsed.append(int(peer["id"]))
+        elif (
+            not peer["locked"]
+            and peer["host"] == ident.host
+            and (
+                peer["boot_id"] != ident.boot_id
+                or not process_alive(int(peer["pid"]), str(peer["pid_started"]))
+            )
+        ):
+            known_dead.append(int(peer["id"]))
+    async with conn.transaction():
+        buried: list[int] = []
+        if known_dead or lapsed:
+            cur = await conn.execute(
+                BURY, {"known_dead": known_dead, "lapsed": lapsed, "lease": lease}
+            )
+            buried = [int(r["id"]) for r in await cur.fetchall()]
+        cur = await conn.execute(UNKNOWN_OWNERS)
+        owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
+        return await queue.rescue(conn, sorted(set(buried) | set(owners)), budget)

@@ -1,0 +1,126 @@
+"""The SMTP transport: one reusable session to the relay, each step named for the outcome rules.
+
+`send()` never raises for an SMTP or network failure: it returns the Reply that ended the
+attempt, tagged with the stage it happened at, so delivery/outcome.py can judge it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+
+import aiosmtplib
+
+from senddock.config import SmtpTarget
+from senddock.delivery.outcome import Reply
+
+
+class SmtpSession:
+    """A connection to the relay that is opened lazily and reused until it fails."""
+
+    def __init__(self, target: SmtpTarget, timeout: float, verify_certs: bool = True) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.verify_certs = verify_certs
+        self._smtp: aiosmtplib.SMTP | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._smtp is not None and self._smtp.is_connected
+
+    async def _open(self) -> Reply | None:
+        """Connect, EHLO, STARTTLS and AUTH as the URL says; a Reply on failure, else None."""
+        t = self.target
+        smtp = aiosmtplib.SMTP(
+            hostname=t.host,
+            port=t.port,
+            use_tls=t.tls == "tls",
+            start_tls=False,
+            validate_certs=self.verify_certs,
+            timeout=self.timeout,
+            local_hostname=socket.gethostname(),
+        )
+        stage = "connect"
+        try:
+            await smtp.connect()
+            stage = "ehlo"
+            await smtp.ehlo()
+            if t.tls == "starttls":
+                stage = "starttls"
+                await smtp.starttls()
+            if t.username:
+                stage = "auth"
+                await smtp.login(t.username, t.password or "")
+        except aiosmtplib.SMTPResponseException as exc:
+            smtp.close()
+            return Reply(stage, exc.code, exc.message)
+        except (TimeoutError, aiosmtplib.SMTPException, OSError, ssl.SSLError) as exc:
+            smtp.close()
+            return Reply(stage, None, _describe(exc))
+        self._smtp = smtp
+        return None
+
+    async def send(self, sender: str, recipient: str, message: bytes) -> Reply:
+        """One message to one recipient; the Reply says how it ended (250 at data = sent)."""
+        if not self.connected:
+            failed = await self._open()
+            if failed is not None:
+                return failed
+        smtp = self._smtp
+        assert smtp is not None
+        stage = "mail"
+        try:
+            await smtp.mail(sender)
+            stage = "rcpt"
+            await smtp.rcpt(recipient)
+            stage = "data"
+            resp = await smtp.data(message)
+            return Reply("data", resp.code, resp.message)
+        except aiosmtplib.SMTPResponseException as exc:
+            reply = Reply(stage, exc.code, exc.message)
+            if exc.code == 421 or not smtp.is_connected:
+                self.close()
+            else:
+                await self._reset()
+            return reply
+        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+            self.close()
+            return Reply(stage, None, _describe(exc))
+
+    async def _reset(self) -> None:
+        """RSET after a refused step so the session can carry the next message."""
+        if self._smtp is None:
+            return
+        try:
+            await self._smtp.rset()
+        except (TimeoutError, aiosmtplib.SMTPException, OSError):
+            self.close()
+
+    async def quit(self) -> None:
+        if self._smtp is not None and self._smtp.is_connected:
+            with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
+                await asyncio.wait_for(self._smtp.quit(), 5)
+        self.close()
+
+    def close(self) -> None:
+        if self._smtp is not None:
+            self._smtp.close()
+        self._smtp = None
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line description of a network failure, naming DNS, refusal, reset or timeout."""
+    cause = exc.__cause__ or exc.__context__
+    for e in (exc, cause):
+        if isinstance(e, socket.gaierror):
+            return f"DNS failure: {e}"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, ConnectionResetError):
+            return "connection reset"
+        if isinstance(e, TimeoutError | asyncio.TimeoutError | aiosmtplib.SMTPTimeoutError):
+            return "timeout"
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())

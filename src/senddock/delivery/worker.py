@@ -1,0 +1,432 @@
+"""`senddock worker`: N concurrent senders in one process, plus its heartbeat and rescuer.
+
+Each sender owns one database connection and one SMTP session. It claims a small batch, and
+for each job renders, sends outside any transaction, and records the outcome before it starts
+the next message (invariant 3). Database faults are retried with backoff; an outcome whose
+commit was not acknowledged is read back before it is written again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from senddock.config import Settings, SmtpTarget
+from senddock.db.migrate import MigrationError, available
+from senddock.delivery import queue, rescuer
+from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
+from senddock.delivery.queue import AsyncConn, Job
+from senddock.delivery.smtp import SmtpSession
+from senddock.messages import CompiledMessage, Recipient, TemplateProblem, compile_message
+
+log = logging.getLogger("senddock.worker")
+
+T = TypeVar("T")
+
+NOTIFY_CHANNEL = "senddock_jobs"
+
+
+async def open_conn(url: str) -> AsyncConn:
+    return await AsyncConnection.connect(
+        url, autocommit=True, row_factory=dict_row, connect_timeout=10
+    )
+
+
+class Link:
+    """One database connection that comes back after a fault (server restart, killed backend)."""
+
+    def __init__(self, url: str, stopping: Callable[[], bool]) -> None:
+        self.url = url
+        self._conn: AsyncConn | None = None
+        self._stopping = stopping
+
+    async def conn(self) -> AsyncConn:
+        delay = 0.05
+        while self._conn is None or self._conn.closed:
+            try:
+                self._conn = await open_conn(self.url)
+            except psycopg.OperationalError as exc:
+                log.warning("database unreachable (%s); retrying in %.1fs", _one_line(exc), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return self._conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        self._conn = None
+
+    async def retrying(self, what: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """Run `what` until it completes, reconnecting after connection faults.
+
+        Only for statements that are safe to run twice (reads, idempotent writes).
+        """
+        delay = 0.05
+        while True:
+            conn = await self.conn()
+            try:
+                return await what(conn)
+            except psycopg.OperationalError as exc:
+                log.warning("database fault (%s); retrying", _one_line(exc))
+                await self.close()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass
+class Shared:
+    """What the senders of one process share. Nothing here needs to survive a crash."""
+
+    settings: Settings
+    target: SmtpTarget
+    url: str
+    worker_id: int = 0
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Liveness self-fence: monotonic time of the last heartbeat the database acknowledged.
+    heartbeat_ok: float = field(default_factory=time.monotonic)
+    declared_dead: bool = False
+    held: set[int] = field(default_factory=set)
+    claim_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    compiled: dict[int, tuple[CompiledMessage, str]] = field(default_factory=dict)
+    faults_in_row: dict[int, int] = field(default_factory=dict)
+    paused: set[int] = field(default_factory=set)
+    sent: int = 0
+
+    def fresh(self) -> bool:
+        """May this process start a message? Only while its lease is surely still held."""
+        age = time.monotonic() - self.heartbeat_ok
+        return not self.declared_dead and age < self.settings.lease_seconds / 2
+
+
+class Sender:
+    """One concurrent sender: a database link, an SMTP session, one message at a time."""
+
+    def __init__(self, shared: Shared, index: int) -> None:
+        self.s = shared
+        self.index = index
+        self.db = Link(shared.url, shared.stopping.is_set)
+        self.smtp = SmtpSession(
+            shared.target, shared.settings.smtp_timeout, verify_certs=shared.target.verify
+        )
+        self.connect_backoff = 0.0
+
+    async def run(self) -> None:
+        try:
+            while not self.s.stopping.is_set():
+                if not self.s.fresh():
+                    await asyncio.sleep(0.1)
+                    continue
+                jobs = await self._claim()
+                if not jobs:
+                    await self._idle()
+                    continue
+                await self._send_batch(jobs)
+        finally:
+            await self.smtp.quit()
+            await self.db.close()
+
+    async def _claim(self) -> list[Job]:
+        async with self.s.claim_lock:
+            try:
+                conn = await self.db.conn()
+                jobs = await queue.claim(conn, self.s.worker_id, self.s.settings.claim_batch)
+            except psycopg.OperationalError as exc:
+                # The claim may have committed with its reply lost: give back whatever this
+                # process holds in the database but no sender knows about.
+                log.warning("claim interrupted (%s); releasing orphans", _one_line(exc))
+                await self.db.close()
+                held = sorted(self.s.held)
+                await self.db.retrying(lambda c: queue.release_orphans(c, self.s.worker_id, held))
+                return []
+            self.s.held.update(j.id for j in jobs)
+            return jobs
+
+    async def _idle(self) -> None:
+        self.s.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.s.wake.wait(), timeout=0.5)
+
+    async def _send_batch(self, jobs: list[Job]) -> None:
+        for i, job in enumerate(jobs):
+            if self.s.stopping.is_set() or self.s.declared_dead:
+                await self._give_back(jobs[i:])
+                return
+            if job.broadcast_id in self.s.paused:
+                await self._give_back([job])
+                continue
+            while not self.s.fresh():
+                if self.s.declared_dead:
+                    await self._give_back(jobs[i:])
+                    return
+                await asyncio.sleep(0.1)
+            reply = await self._attempt(job)
+            verdict = judge(reply)
+            await self._record(job, verdict, reply)
+            if verdict is Verdict.TRANSIENT and reply.stage in SENDER_STAGES:
+                # The relay is unreachable or refusing sessions: this job took the failure;
+                # the rest of the batch goes back untouched while this sender backs off.
+                await self._give_back(jobs[i + 1 :])
+                self.connect_backoff = min(max(self.connect_backoff * 2, 0.5), 30.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.s.stopping.wait(), self.connect_backoff)
+                return
+            self.connect_backoff = 0.0
+
+    async def _attempt(self, job: Job) -> Reply:
+        try:
+            message, envelope_from = await self._compiled(job.broadcast_id)
+            data = message.render(Recipient(job.email, job.name, job.attributes), job.message_id)
+        except TemplateProblem as exc:
+            return Reply("render", 554, f"5.6.0 {exc}")
+        return await self.smtp.send(envelope_from, job.email, data)
+
+    async def _compiled(self, broadcast_id: int) -> tuple[CompiledMessage, str]:
+        found = self.s.compiled.get(broadcast_id)
+        if found is None:
+            row = await self.db.retrying(lambda c: queue.campaign_of(c, broadcast_id))
+            if row is None:
+                raise TemplateProblem(f"broadcast {broadcast_id} has no campaign")
+            message = compile_message(
+                row["subject"], row["from_addr"], row["text_body"], row["html_body"]
+            )
+            envelope_from = email.utils.parseaddr(row["from_addr"])[1]
+            found = self.s.compiled[broadcast_id] = (message, envelope_from)
+        return found
+
+    async def _record(self, job: Job, verdict: Verdict, reply: Reply) -> None:
+        st = self.s.settings
+        if reply.stage == "render":
+            verdict = Verdict.REJECTED
+        t = transition(
+            verdict, job.attempts, job.sender_faults, st.backoff, st.job_sender_fault_limit
+        )
+        ok = await self._write(job, lambda c: queue.record(c, job, self.s.worker_id, t, reply))
+        self.s.held.discard(job.id)
+        if not ok:
+            log.error(
+                "claim on job %s was lost before its outcome (%s) was written", job.id, t.status
+            )
+            return
+        if verdict is Verdict.SENT:
+            self.s.sent += 1
+        if verdict is Verdict.SENDER_FAULT:
+            await self._sender_fault(job.broadcast_id, reply)
+        elif verdict is not Verdict.TRANSIENT or reply.stage not in SENDER_STAGES:
+            self.s.faults_in_row.pop(job.broadcast_id, None)
+
+    async def _sender_fault(self, broadcast_id: int, reply: Reply) -> None:
+        """A reply about us: count it; after a few in a row, pause the broadcast."""
+        n = self.s.faults_in_row.get(broadcast_id, 0) + 1
+        self.s.faults_in_row[broadcast_id] = n
+        reason = reply.summary()
+        if n >= self.s.settings.sender_fault_limit:
+            log.error("pausing broadcast %s after %d replies about us: %s", broadcast_id, n, reason)
+            self.s.paused.add(broadcast_id)
+            self.s.faults_in_row.pop(broadcast_id, None)
+            await self.db.retrying(lambda c: queue.pause_for_sender_fault(c, broadcast_id, reason))
+        else:
+            await self.db.retrying(lambda c: queue.note_sender_fault(c, broadcast_id, reason))
+
+    async def _write(self, job: Job, write: Callable[[AsyncConn], Awaitable[bool]]) -> bool:
+        """Write an outcome once. If the commit is not acknowledged, read back before retrying."""
+        delay = 0.05
+        while True:
+            conn = await self.db.conn()
+            try:
+                return await write(conn)
+            except psycopg.OperationalError as exc:
+                log.warning("outcome of job %s not acknowledged (%s)", job.id, _one_line(exc))
+                await self.db.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            try:
+                conn = await self.db.conn()
+                if await queue.landed(conn, job, self.s.worker_id):
+                    return True
+            except psycopg.OperationalError:
+                await self.db.close()
+
+    async def _give_back(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        await self.db.retrying(lambda c: queue.release(c, self.s.worker_id, jobs))
+        for j in jobs:
+            self.s.held.discard(j.id)
+
+
+class Worker:
+    """One worker process: registers, rescues the dead, runs its senders until told to stop."""
+
+    def __init__(self, settings: Settings, url: str, concurrency: int = 5) -> None:
+        self.settings = settings
+        self.url = url
+        self.concurrency = concurrency
+        self.ident = rescuer.Identity.current()
+        self.shared = Shared(settings=settings, target=SmtpTarget.parse(settings.smtp_url), url=url)
+        self.hb = Link(url, self.shared.stopping.is_set)
+
+    def stop(self) -> None:
+        self.shared.stopping.set()
+        self.shared.wake.set()
+
+    async def _check_schema(self) -> None:
+        conn = await self.hb.conn()
+        cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e")
+        row = await cur.fetchone()
+        have: set[int] = set()
+        if row and row["e"]:
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            have = {int(r["version"]) for r in await cur.fetchall()}
+        missing = [name for v, name, _ in available() if v not in have]
+        if missing:
+            raise MigrationError(
+                f"database schema is not current (missing {', '.join(missing)}): "
+                "run 'senddock migrate'"
+            )
+
+    async def _register(self) -> None:
+        conn = await self.hb.conn()
+        self.shared.worker_id = await rescuer.register(conn, self.ident, self.concurrency)
+        self.shared.heartbeat_ok = time.monotonic()
+        self.shared.declared_dead = False
+
+    async def _heartbeat_loop(self) -> None:
+        """Keep the lease: beat with the database clock; re-take the lock after reconnecting."""
+        interval = self.settings.heartbeat_interval
+        while True:
+            try:
+                conn = await self.hb.conn()
+                if not await rescuer.heartbeat(conn, self.shared.worker_id):
+                    await self._declared_dead()
+                    continue
+                if self._needs_lock:
+                    await rescuer.relock(conn, self.shared.worker_id)
+                    self._needs_lock = False
+                self.shared.heartbeat_ok = time.monotonic()
+            except psycopg.OperationalError as exc:
+                log.warning("heartbeat failed (%s)", _one_line(exc))
+                await self.hb.close()
+                self._needs_lock = True
+            await asyncio.sleep(interval)
+
+    _needs_lock = False
+
+    async def _declared_dead(self) -> None:
+        """A peer declared us dead (we lost our lease): drop every claim, join again anew."""
+        log.error("worker %s was declared dead by a peer; dropping claims", self.shared.worker_id)
+        self.shared.declared_dead = True
+        while self.shared.held:
+            await asyncio.sleep(0.05)
+        await self.hb.close()
+        await self._register()
+
+    async def _maintenance_loop(self) -> None:
+        """Rescue what dead peers held and mark finished broadcasts, on a short period."""
+        period = max(0.5, min(self.settings.lease_seconds / 3, 5.0))
+        budget = len(self.settings.backoff)
+        link = Link(self.url, self.shared.stopping.is_set)
+        while True:
+            try:
+                conn = await link.conn()
+                n = await rescuer.sweep(
+                    conn, self.shared.worker_id, self.ident, self.settings.lease_seconds, budget
+                )
+                if n:
+                    log.warning("rescued %d jobs from dead workers", n)
+                    self.shared.wake.set()
+                await queue.finish(conn)
+            except psycopg.OperationalError as exc:
+                log.warning("maintenance failed (%s)", _one_line(exc))
+                await link.close()
+            await asyncio.sleep(period)
+
+    async def _listen_loop(self) -> None:
+        """Wake idle senders when a broadcast is enqueued or resumed (LISTEN/NOTIFY)."""
+        link = Link(self.url, self.shared.stopping.is_set)
+        while True:
+            try:
+                conn = await link.conn()
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                async for _ in conn.notifies():
+                    self.shared.wake.set()
+            except psycopg.OperationalError:
+                await link.close()
+                await asyncio.sleep(0.5)
+
+    async def run(self) -> int:
+        """Run until stop(); return the process exit code."""
+        await self._check_schema()
+        await self._register()
+        conn = await self.hb.conn()
+        budget = len(self.settings.backoff)
+        n = await rescuer.sweep(
+            conn, self.shared.worker_id, self.ident, self.settings.lease_seconds, budget
+        )
+        log.info(
+            "worker %s started with %d senders; rescued %d jobs at boot",
+            self.shared.worker_id,
+            self.concurrency,
+            n,
+        )
+        background = [
+            asyncio.create_task(self._heartbeat_loop()),
+            asyncio.create_task(self._maintenance_loop()),
+            asyncio.create_task(self._listen_loop()),
+        ]
+        senders = [
+            asyncio.create_task(Sender(self.shared, i).run()) for i in range(self.concurrency)
+        ]
+        try:
+            await asyncio.gather(*senders)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for task in senders:
+                task.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
+        try:
+            conn = await self.hb.conn()
+            await queue.finish(conn)
+            await rescuer.deregister(conn, self.shared.worker_id)
+        finally:
+            await self.hb.close()
+        log.info(
+            "worker %s stopped after %d messages sent", self.shared.worker_id, self.shared.sent
+        )
+        return 0
+
+
+def run_worker(settings: Settings, url: str, concurrency: int) -> int:
+    """Run a worker in this process until SIGTERM or SIGINT; graceful on either."""
+
+    async def main() -> int:
+        worker = Worker(settings, url, concurrency)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        return await worker.run()
+
+    try:
+        import uvloop
+
+        return uvloop.run(main())
+    except ImportError:
+        return asyncio.run(main())
