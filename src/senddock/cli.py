@@ -208,6 +208,36 @@ def resume_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id} resumed")
 
 
+@campaign.command("cancel")
+@click.argument("campaign_id", type=int)
+def cancel_cmd(campaign_id: int) -> None:
+    """Cancel every message not yet sent; messages in flight finish."""
+    with db() as conn:
+        n = campaigns.cancel(conn, campaign_id)
+    click.echo(f"campaign {campaign_id} cancelled ({n} messages will not be sent)")
+
+
+@cli.command("workers")
+@click.option("--json", "as_json", is_flag=True)
+def workers_cmd(as_json: bool) -> None:
+    """Live workers: last heartbeat (database clock) and the jobs each holds."""
+    from senddock.delivery.rescuer import list_workers
+
+    with db() as conn:
+        rows = list_workers(conn)
+    if as_json:
+        click.echo(json.dumps(rows, default=str))
+        return
+    if not rows:
+        click.echo("no workers registered")
+    for w in rows:
+        click.echo(
+            f"worker {w['id']}  {w['host']} pid {w['pid']}  senders {w['concurrency']}"
+            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {w['holding']} jobs"
+            + ("  (stopping)" if w["stopping"] else "")
+        )
+
+
 @cli.command("worker")
 @click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
 def worker_cmd(concurrency: int) -> None:

@@ -4,6 +4,7 @@ from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import (
     CampaignError,
     UnknownCampaign,
+    cancel,
     create_campaign,
     pause,
     resume,
@@ -15,6 +16,7 @@ __all__ = [
     "NothingToSend",
     "UnknownCampaign",
     "broadcast",
+    "cancel",
     "create_campaign",
     "pause",
     "resume",

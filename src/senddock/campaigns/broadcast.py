@@ -9,8 +9,7 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
-
-NOTIFY_CHANNEL = "senddock_jobs"
+from senddock.delivery.queue import NOTIFY_CHANNEL
 
 LOCK_CAMPAIGN = """
 SELECT id, list_id, from_addr, status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE

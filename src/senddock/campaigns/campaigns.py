@@ -9,10 +9,8 @@ import psycopg
 
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
-from senddock.delivery.queue import FINISH
+from senddock.delivery.queue import FINISH, NOTIFY_CHANNEL
 from senddock.messages import compile_message
-
-NOTIFY_CHANNEL = "senddock_jobs"
 
 
 class CampaignError(ValueError):
@@ -56,7 +54,8 @@ SELECT count(*) AS total,
        count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced') AS bounced,
        count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed') AS suppressed,
        count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted') AS exhausted,
-       count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected') AS rejected
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected') AS rejected,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled
 FROM broadcast_jobs WHERE broadcast_id = %s
 """
 
@@ -67,6 +66,7 @@ COUNT_KEYS = (
     "retry",
     "sent",
     "failed",
+    "cancelled",
     "bounced",
     "suppressed",
     "exhausted",
@@ -133,6 +133,40 @@ def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run
                 (c["broadcast_id"],),
             )
             conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        else:
+            # Workers give back claims of this broadcast they have not started yet.
+            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
+
+
+CANCEL_JOBS = """
+UPDATE broadcast_jobs SET status = 'cancelled', updated_at = now()
+WHERE broadcast_id = %s AND status IN ('pending', 'retry')
+"""
+
+
+def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
+    """Cancel every job not yet sent; messages in flight finish. The number cancelled."""
+    with conn.transaction():
+        c = conn.execute(
+            "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
+        ).fetchone()
+        if c is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if c["status"] in ("sent", "cancelled"):
+            raise CampaignError(f"cannot cancel campaign {campaign_id}: it is {c['status']}")
+        conn.execute(
+            "UPDATE campaigns SET status = 'cancelled', updated_at = now() WHERE id = %s",
+            (campaign_id,),
+        )
+        if c["broadcast_id"] is None:
+            return 0
+        conn.execute(
+            "UPDATE broadcasts SET status = 'cancelled', finished_at = now() WHERE id = %s",
+            (c["broadcast_id"],),
+        )
+        n = conn.execute(CANCEL_JOBS, (c["broadcast_id"],)).rowcount
+        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
+        return n
 
 
 def pause(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:

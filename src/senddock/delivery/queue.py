@@ -17,6 +17,9 @@ from senddock.delivery.outcome import Reply, Transition
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
+# Enqueue and resume NOTIFY this channel; idle workers LISTEN on it instead of polling hard.
+NOTIFY_CHANNEL = "senddock_jobs"
+
 
 @dataclass(frozen=True)
 class Job:
@@ -134,9 +137,14 @@ WHERE status = 'sending' AND owner = ANY(%(dead)s::bigint[])
 """
 
 # Invariant 8: "done" is observable. A broadcast is finished, and its campaign sent, only when
-# no job is pending, sending or retry.
+# no job is pending, sending or retry. A cancelled broadcast's jobs that were in flight when it
+# was cancelled, and came back as retry, are cancelled here too.
 FINISH = """
-WITH done AS (
+WITH leftovers AS (
+    UPDATE broadcast_jobs j SET status = 'cancelled', updated_at = now()
+    FROM broadcasts b
+    WHERE b.status = 'cancelled' AND j.broadcast_id = b.id AND j.status IN ('pending', 'retry')
+), done AS (
     UPDATE broadcasts b SET status = 'finished', finished_at = now()
     WHERE b.status = 'running'
       AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 
 from senddock.delivery import queue
@@ -140,6 +141,10 @@ async def heartbeat(conn: AsyncConn, worker_id: int) -> bool:
     return await cur.fetchone() is not None
 
 
+async def mark_stopping(conn: AsyncConn, worker_id: int) -> None:
+    await conn.execute(STOPPING, {"id": worker_id})
+
+
 async def deregister(conn: AsyncConn, worker_id: int) -> None:
     await conn.execute(DEREGISTER, {"id": worker_id})
 
@@ -171,3 +176,17 @@ async def sweep(conn: AsyncConn, me: int, ident: Identity, lease: float, budget:
         cur = await conn.execute(UNKNOWN_OWNERS)
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
         return await queue.rescue(conn, sorted(set(buried) | set(owners)), budget)
+
+
+LIST = """
+SELECT w.id, w.host, w.pid, w.concurrency, w.started_at, w.heartbeat_at, w.stopping,
+       extract(epoch FROM now() - w.heartbeat_at)::float AS heartbeat_age,
+       (SELECT count(*) FROM broadcast_jobs j WHERE j.owner = w.id AND j.status = 'sending')
+           AS holding
+FROM workers w ORDER BY w.id
+"""
+
+
+def list_workers(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Registered workers with heartbeat age (database clock) and the jobs each holds."""
+    return conn.execute(LIST).fetchall()

@@ -23,18 +23,15 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from senddock.config import Settings, SmtpTarget
-from senddock.db.migrate import MigrationError, available
 from senddock.delivery import queue, rescuer
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
-from senddock.delivery.queue import AsyncConn, Job
+from senddock.delivery.queue import NOTIFY_CHANNEL, AsyncConn, Job
 from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem, compile_message
 
 log = logging.getLogger("senddock.worker")
 
 T = TypeVar("T")
-
-NOTIFY_CHANNEL = "senddock_jobs"
 
 
 async def open_conn(url: str) -> AsyncConn:
@@ -126,6 +123,7 @@ class Sender:
             shared.target, shared.settings.smtp_timeout, verify_certs=shared.target.verify
         )
         self.connect_backoff = 0.0
+        self.worked = False
 
     async def run(self) -> None:
         try:
@@ -135,8 +133,14 @@ class Sender:
                     continue
                 jobs = await self._claim()
                 if not jobs:
+                    if self.worked:
+                        # The queue looks drained: mark finished broadcasts now, not at the next
+                        # maintenance tick, so a campaign turns `sent` as soon as it is.
+                        self.worked = False
+                        await self.db.retrying(queue.finish)
                     await self._idle()
                     continue
+                self.worked = True
                 await self._send_batch(jobs)
         finally:
             await self.smtp.quit()
@@ -156,6 +160,8 @@ class Sender:
                 await self.db.retrying(lambda c: queue.release_orphans(c, self.s.worker_id, held))
                 return []
             self.s.held.update(j.id for j in jobs)
+            # The database said these broadcasts are running (resumed, if we had paused them).
+            self.s.paused.difference_update(j.broadcast_id for j in jobs)
             return jobs
 
     async def _idle(self) -> None:
@@ -286,21 +292,6 @@ class Worker:
         self.shared.stopping.set()
         self.shared.wake.set()
 
-    async def _check_schema(self) -> None:
-        conn = await self.hb.conn()
-        cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e")
-        row = await cur.fetchone()
-        have: set[int] = set()
-        if row and row["e"]:
-            cur = await conn.execute("SELECT version FROM schema_migrations")
-            have = {int(r["version"]) for r in await cur.fetchall()}
-        missing = [name for v, name, _ in available() if v not in have]
-        if missing:
-            raise MigrationError(
-                f"database schema is not current (missing {', '.join(missing)}): "
-                "run 'senddock migrate'"
-            )
-
     async def _register(self) -> None:
         conn = await self.hb.conn()
         self.shared.worker_id = await rescuer.register(conn, self.ident, self.concurrency)
@@ -310,9 +301,13 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         """Keep the lease: beat with the database clock; re-take the lock after reconnecting."""
         interval = self.settings.heartbeat_interval
+        marked_stopping = False
         while True:
             try:
                 conn = await self.hb.conn()
+                if self.shared.stopping.is_set() and not marked_stopping:
+                    await rescuer.mark_stopping(conn, self.shared.worker_id)
+                    marked_stopping = True
                 if not await rescuer.heartbeat(conn, self.shared.worker_id):
                     await self._declared_dead()
                     continue
@@ -364,7 +359,10 @@ class Worker:
             try:
                 conn = await link.conn()
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                async for _ in conn.notifies():
+                async for note in conn.notifies():
+                    if note.payload.startswith("stop:"):
+                        # Paused or cancelled: senders give back what they have not started.
+                        self.shared.paused.add(int(note.payload[5:]))
                     self.shared.wake.set()
             except psycopg.OperationalError:
                 await link.close()
@@ -372,7 +370,6 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stop(); return the process exit code."""
-        await self._check_schema()
         await self._register()
         conn = await self.hb.conn()
         budget = len(self.settings.backoff)
