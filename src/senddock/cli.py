@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+import email
+import email.message
+import email.policy
 import json
 import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +20,19 @@ import psycopg
 from pydantic import ValidationError
 
 from senddock import audience, campaigns
+from senddock.audience import lists as lists_api
+from senddock.audience import optin, suppressions
+from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import InvalidAddress
+from senddock.audience.export import export_list
 from senddock.audience.importer import UnreadableFile
 from senddock.audience.lists import UnknownList
+from senddock.campaigns import compose
+from senddock.campaigns.recipients import COLUMNS
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.migrate import MigrationError
-from senddock.messages import HeaderError, TemplateProblem
+from senddock.messages import HeaderError, LinkSettings, TemplateProblem
 
 EXPECTED = (
     campaigns.CampaignError,
@@ -31,6 +42,10 @@ EXPECTED = (
     MigrationError,
     TemplateProblem,
     HeaderError,
+    suppressions.UnknownReason,
+    compose.NoLinkKey,
+    subscribers_api.SubscriberError,
+    lists_api.ListError,
 )
 
 
@@ -113,16 +128,23 @@ def subscribers() -> None:
 
 
 @subscribers.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
 @click.option("--list", "list_name", required=True, help="List to add them to (created if new).")
 def import_cmd(file: Path, list_name: str) -> None:
-    """Import a CSV with a header row: column email, optional name."""
-    with db() as conn:
-        report = audience.import_csv(conn, file, list_name)
-    for line, reason in report.rejected:
+    """Import a CSV with a header row: email, optional name, attributes (JSON), other columns.
+
+    Other columns become attributes. Re-importing updates; suppressed addresses stay suppressed.
+    """
+
+    def rejected(line: int, reason: str) -> None:
         click.echo(f"{file}:{line}: rejected: {reason}", err=True)
+
+    with db() as conn:
+        report = audience.import_csv(conn, file, list_name, on_reject=rejected)
+    if report.rejected_count and not report.imported:
+        raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
     click.echo(
-        f"imported {report.imported} rows into {list_name!r}; rejected {len(report.rejected)}"
+        f"imported {report.imported} rows into {list_name!r}; rejected {report.rejected_count}"
     )
 
 
@@ -133,17 +155,29 @@ def campaign() -> None:
 
 @campaign.command("create")
 @click.option("--name", required=True)
-@click.option("--list", "list_name", required=True)
+@click.option(
+    "--list", "list_name", required=True, multiple=True, help="A list to send to (repeatable)."
+)
 @click.option("--subject", required=True)
 @click.option("--from", "from_addr", required=True, help='e.g. "Ada <news@example.org>"')
-@click.option("--text-file", required=True, type=click.Path(dir_okay=False))
-@click.option("--html-file", type=click.Path(dir_okay=False))
+@click.option("--text-file", type=click.Path(), help="Text body (derived from the HTML if unset).")
+@click.option("--html-file", type=click.Path())
+@click.option("--reply-to", help='Reply-To address, e.g. "Ada <ada@example.org>".')
+@click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
 def create_cmd(
-    name: str, list_name: str, subject: str, from_addr: str, text_file: str, html_file: str | None
+    name: str,
+    list_name: tuple[str, ...],
+    subject: str,
+    from_addr: str,
+    text_file: str | None,
+    html_file: str | None,
+    reply_to: str | None,
+    send_at: str | None,
 ) -> None:
     """Create a draft campaign; prints its id alone."""
+    if text_file is None and html_file is None:
+        raise click.UsageError("give --text-file, --html-file or both")
     text = _read(text_file, "text file")
-    assert text is not None
     html = _read(html_file, "html file")
     with db() as conn:
         cid = campaigns.create_campaign(
@@ -154,6 +188,8 @@ def create_cmd(
             from_addr=from_addr,
             text_body=text,
             html_body=html,
+            reply_to=reply_to,
+            send_at=_when(send_at) if send_at else None,
         )
     click.echo(cid)
 
@@ -265,9 +301,407 @@ def demo_cmd(count: int) -> None:
     sys.exit(run_demo(count))
 
 
+# -- audience, compliant messages, who got what (issue 4) ------------------------------------
+
+
+def _link_settings() -> LinkSettings:
+    try:
+        return LinkSettings()
+    except ValidationError as exc:
+        raise Fail(f"bad configuration: {exc}") from exc
+
+
+@campaign.command("preview")
+@click.argument("campaign_id", type=int)
+@click.option("--to", "address", required=True, help="Render as this subscriber would get it.")
+@click.option("--raw", is_flag=True, help="Print the message bytes exactly as sent.")
+def preview_cmd(campaign_id: int, address: str, raw: bool) -> None:
+    """Print the message a subscriber would get: headers, then each body."""
+    with db() as conn:
+        data = compose.preview(conn, campaign_id, address, _link_settings())
+    if raw:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    msg = email.message_from_bytes(data, policy=email.policy.default)
+    for key, value in msg.items():
+        click.echo(f"{key}: {value}")
+    for part in msg.walk():
+        if part.get_content_maintype() == "text":
+            assert isinstance(part, email.message.EmailMessage)
+            click.echo(f"\n--- {part.get_content_type()} ---")
+            click.echo(str(part.get_content()).rstrip("\n"))
+
+
+@campaign.command("recipients")
+@click.argument("campaign_id", type=int)
+@click.option(
+    "--status", help="Only this job status (sent, failed, …) or failure (bounced, exhausted, …)."
+)
+@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row, every column.")
+def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
+    """Every recipient: status, attempts, sent time, Message-ID and the last SMTP reply."""
+    with db() as conn:
+        rows = campaigns.recipients(conn, campaign_id, status)
+        out = csv.writer(sys.stdout) if as_csv else None
+        if out is not None:
+            out.writerow(COLUMNS)
+        for r in rows:
+            if out is not None:
+                sent = r["sent_at"].isoformat() if r["sent_at"] else ""
+                out.writerow([sent if k == "sent_at" else r[k] for k in COLUMNS])
+                continue
+            state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
+            sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
+            code = " ".join(str(r[k]) for k in ("last_code", "last_enhanced") if r[k])
+            reply = " ".join(str(r["last_reply"] or "").split())
+            click.echo(
+                f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
+                f"  {r['message_id']}" + (f"  last reply: {code} {reply}".rstrip() if code else "")
+            )
+
+
+@campaign.command("retry-failed")
+@click.argument("campaign_id", type=int)
+def retry_failed_cmd(campaign_id: int) -> None:
+    """Re-queue the failed recipients of a campaign whose address is not suppressed."""
+    with db() as conn:
+        n = campaigns.retry_failed(conn, campaign_id)
+        st = campaigns.status(conn, campaign_id)
+    paused = " (the campaign is paused: resume it to send them)" if st["status"] == "paused" else ""
+    click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
+
+
+@subscribers.command("export")
+@click.option("--list", "list_name", required=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+def export_cmd(list_name: str, output: Path | None) -> None:
+    """Write a list's members as CSV: email,name,status,attributes,suppressed."""
+    with db() as conn:
+        if output is None:
+            n = export_list(conn, list_name, sys.stdout)
+        else:
+            with output.open("w", newline="", encoding="utf-8") as handle:
+                n = export_list(conn, list_name, handle)
+    if output is not None:
+        click.echo(f"exported {n} members of {list_name!r} to {output}")
+
+
+@cli.group("suppressions")
+def suppressions_group() -> None:
+    """Addresses no broadcast sends to: bounced, unsubscribed, complained, or added by hand."""
+
+
+@suppressions_group.command("list")
+@click.option("--reason", type=click.Choice(suppressions.REASONS))
+def suppressions_list_cmd(reason: str | None) -> None:
+    """Every suppressed address with its reason and date."""
+    with db() as conn:
+        for r in suppressions.rows(conn, reason):
+            when = r["created_at"].strftime("%Y-%m-%d %H:%M")
+            click.echo(f"{r['email']}  {r['reason']}  {when}  {r['detail']}".rstrip())
+
+
+@suppressions_group.command("add")
+@click.argument("addresses", nargs=-1, required=True)
+@click.option(
+    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+)
+def suppressions_add_cmd(addresses: tuple[str, ...], reason: str) -> None:
+    """Suppress addresses: no broadcast sends to them, including ones already enqueued."""
+    with db() as conn:
+        for a in addresses:
+            added = suppressions.add(conn, a, reason)
+            click.echo(f"{a}: {'suppressed' if added else 'already suppressed'}")
+
+
+@suppressions_group.command("remove")
+@click.argument("addresses", nargs=-1, required=True)
+def suppressions_remove_cmd(addresses: tuple[str, ...]) -> None:
+    """Make addresses sendable again (a bounced subscriber becomes active)."""
+    with db() as conn:
+        for a in addresses:
+            gone = suppressions.remove(conn, a)
+            click.echo(f"{a}: {'removed' if gone else 'was not suppressed'}")
+
+
+@suppressions_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+)
+def suppressions_import_cmd(file: Path, reason: str) -> None:
+    """Suppress every address of a CSV with an email column (a reason column is optional)."""
+    with db() as conn:
+        try:
+            report = suppressions.import_csv(conn, file, reason)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise Fail(f"cannot import {file}: {exc}") from exc
+    for line, why in report.rejected:
+        click.echo(f"{file}:{line}: rejected: {why}", err=True)
+    click.echo(
+        f"suppressed {report.added} addresses; {report.already} already were;"
+        f" rejected {len(report.rejected)}"
+    )
+
+
+@suppressions_group.command("export")
+@click.option("--reason", type=click.Choice(suppressions.REASONS))
+def suppressions_export_cmd(reason: str | None) -> None:
+    """Write the suppression list as CSV (email,reason,created_at,detail) to stdout."""
+    with db() as conn:
+        suppressions.export_csv(conn, sys.stdout, reason)
+
+
+def _when(text: str) -> datetime:
+    """An ISO 8601 time; without a zone it is this machine's local time."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise Fail(f"not an ISO 8601 time: {text!r} (e.g. 2026-06-01T09:00+02:00)") from exc
+    return at if at.tzinfo is not None else at.astimezone()
+
+
+def _attributes(pairs: tuple[str, ...], as_json: str | None) -> dict[str, Any] | None:
+    found: dict[str, Any] = {}
+    if as_json:
+        try:
+            loaded = json.loads(as_json)
+        except ValueError as exc:
+            raise Fail(f"--attributes is not valid JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise Fail("--attributes must be a JSON object")
+        found.update(loaded)
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise Fail(f"--attr takes KEY=VALUE, got {pair!r}")
+        found[key.strip()] = value
+    return found or None
+
+
+@campaign.command("schedule")
+@click.argument("campaign_id", type=int)
+@click.argument("at", required=False)
+@click.option("--clear", is_flag=True, help="Unschedule: the draft waits for `campaign send`.")
+def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
+    """Send a draft campaign at AT (ISO 8601); `senddock serve` runs the scheduler."""
+    if (at is None) == (not clear):
+        raise click.UsageError("give a time AT, or --clear")
+    when = None if clear else _when(str(at))
+    with db() as conn:
+        campaigns.schedule(conn, campaign_id, when)
+    if when is None:
+        click.echo(f"campaign {campaign_id} unscheduled")
+    else:
+        click.echo(f"campaign {campaign_id} will be sent at {when.isoformat()}")
+
+
+@campaign.command("test")
+@click.argument("campaign_id", type=int)
+@click.option("--to", "addresses", required=True, multiple=True, help="Repeat for more.")
+def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
+    """Send the rendered message to the given addresses now, without a broadcast."""
+    from senddock.campaigns.trial import send_test
+
+    s = settings()
+    with db() as conn:
+        results = send_test(conn, campaign_id, list(addresses), s, _link_settings())
+    failed = 0
+    for address, reply in results:
+        ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
+        failed += 0 if ok else 1
+        click.echo(f"{address}: {'sent' if ok else 'NOT sent'} ({reply.summary()})")
+    if failed:
+        raise Fail(f"{failed} of {len(results)} test messages were not accepted")
+
+
+@subscribers.command("add")
+@click.argument("address")
+@click.option("--name", default="")
+@click.option("--attr", "attrs", multiple=True, help="KEY=VALUE; repeat for more.")
+@click.option("--attributes", "attrs_json", help="A JSON object of attributes.")
+@click.option("--list", "lists", multiple=True, help="A list to join (created if new).")
+@click.option(
+    "--no-confirmation-email", is_flag=True, help="On double opt-in lists, send no request."
+)
+def subscribers_add_cmd(
+    address: str,
+    name: str,
+    attrs: tuple[str, ...],
+    attrs_json: str | None,
+    lists: tuple[str, ...],
+    no_confirmation_email: bool,
+) -> None:
+    """Add one subscriber to each --list: confirmed, or on a double opt-in list unconfirmed
+    until they follow the link of the confirmation request sent now."""
+    with db() as conn:
+        sid = subscribers_api.add(conn, address, name, _attributes(attrs, attrs_json), lists)
+        click.echo(sid)
+        if not no_confirmation_email:
+            _request_confirmations(conn, address)
+
+
+@subscribers.command("update")
+@click.argument("address")
+@click.option("--name")
+@click.option("--email", "new_email", help="A new address for this subscriber.")
+@click.option("--attr", "attrs", multiple=True, help="KEY=VALUE (merged); repeat for more.")
+@click.option("--attributes", "attrs_json", help="A JSON object merged in; null removes a key.")
+@click.option("--list", "lists", multiple=True, help="A list to join (created if new).")
+def subscribers_update_cmd(
+    address: str,
+    name: str | None,
+    new_email: str | None,
+    attrs: tuple[str, ...],
+    attrs_json: str | None,
+    lists: tuple[str, ...],
+) -> None:
+    """Change a subscriber's name, address or attributes, or add them to lists."""
+    with db() as conn:
+        subscribers_api.update(
+            conn,
+            address,
+            name=name,
+            attributes=_attributes(attrs, attrs_json),
+            new_email=new_email,
+            lists=lists,
+        )
+    click.echo(f"{address} updated")
+
+
+@subscribers.command("remove")
+@click.argument("address")
+@click.option("--list", "list_name", help="Only leave this list.")
+def subscribers_remove_cmd(address: str, list_name: str | None) -> None:
+    """Remove a subscriber from a list, or from every list and the database."""
+    with db() as conn:
+        click.echo(subscribers_api.remove(conn, address, list_name))
+
+
+@subscribers.command("show")
+@click.argument("address")
+@click.option("--json", "as_json", is_flag=True)
+def subscribers_show_cmd(address: str, as_json: bool) -> None:
+    """A subscriber's fields, lists, suppression and latest messages."""
+    with db() as conn:
+        found = subscribers_api.show(conn, address)
+    if as_json:
+        click.echo(json.dumps(found, default=str))
+        return
+    click.echo(f"{found['email']}  id {found['id']}  {found['status']}  name {found['name']!r}")
+    click.echo(f"  attributes {json.dumps(found['attributes'], ensure_ascii=False)}")
+    for m in found["lists"]:
+        click.echo(f"  list {m['name']!r}: {m['status']}")
+    if found["suppressed"]:
+        sup = found["suppressed"]
+        click.echo(f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}")
+    for j in found["messages"]:
+        state = j["status"] + (f"/{j['failure']}" if j["failure"] else "")
+        click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
+
+
+@cli.group("lists")
+def lists_group() -> None:
+    """Lists and their options (double opt-in)."""
+
+
+@lists_group.command("show")
+def lists_show_cmd() -> None:
+    """Every list: options and members by status."""
+    with db() as conn:
+        for row in lists_api.all_lists(conn):
+            opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
+            click.echo(
+                f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
+                f" {row['unsubscribed']} unsubscribed{opt}"
+            )
+
+
+@lists_group.command("set")
+@click.argument("name")
+@click.option(
+    "--double-opt-in/--single-opt-in",
+    default=None,
+    help="Whether people added one at a time must confirm by a link first.",
+)
+@click.option("--from", "from_addr", help="Who confirmation requests come from.")
+def lists_set_cmd(name: str, double_opt_in: bool | None, from_addr: str | None) -> None:
+    """Create a list or change its options."""
+    with db() as conn:
+        lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
+    click.echo(f"list {name!r} saved")
+
+
+def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:
+    """Send the confirmation requests a new membership of a double opt-in list needs."""
+    links = _link_settings()
+    key = compose.link_key(conn, links)
+    for list_name, reply in optin.send_requests(conn, address, key, settings(), links):
+        ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
+        if not ok:
+            raise Fail(f"confirmation request for {list_name!r} not sent: {reply.summary()}")
+        click.echo(f"confirmation request for {list_name!r} sent to {address}", err=True)
+
+
+@subscribers.command("confirm")
+@click.argument("address")
+@click.option("--list", "list_name", required=True)
+def subscribers_confirm_cmd(address: str, list_name: str) -> None:
+    """Confirm a membership by hand (the person confirmed some other way)."""
+    with db() as conn:
+        sub = subscribers_api.show(conn, address)
+        done = optin.confirm(conn, int(sub["id"]), audience.find_list(conn, list_name))
+    click.echo(f"{address}: {'confirmed' if done else 'was not waiting for confirmation'}")
+
+
+@cli.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8025, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--schedule-every",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds between scheduler passes (0: run no scheduler here).",
+)
+def serve_cmd(host: str, port: int, schedule_every: float) -> None:
+    """Serve the unsubscribe pages every message links to (at SENDDOCK_PUBLIC_URL), and run
+    the campaign scheduler."""
+    import uvicorn
+
+    from senddock.web import create_app
+
+    s = settings()
+    links = _link_settings()
+    try:
+        url = database_url(s)
+        with connect(url) as conn:
+            check_current(conn)
+    except psycopg.OperationalError as exc:
+        raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except MigrationError as exc:
+        raise Fail(str(exc)) from exc
+    app = create_app(url, links, schedule_every=schedule_every)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
 def main() -> None:
     try:
-        cli(prog_name="senddock")
+        cli.main(prog_name="senddock", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("senddock: aborted", err=True)
+        sys.exit(130)
+    except click.UsageError as exc:
+        # One line, with the command to get help, instead of click's usage block.
+        where = exc.ctx.command_path if exc.ctx else "senddock"
+        click.echo(f"senddock: error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(exc.exit_code)
     except Exception as exc:  # the last guard: one line, never a traceback
         logging.getLogger("senddock").debug("unexpected error", exc_info=True)
         click.echo(

@@ -1,15 +1,21 @@
 """CSV import: stream rows, report bad ones by line, upsert the rest in batches.
 
-Re-importing updates rather than duplicates (one subscriber per address, case-insensitive).
-A suppressed address can be imported, but suppression still keeps it from every broadcast.
+Memory stays flat whatever the file's size: rows are read one at a time and sent in batches
+of BATCH with COPY into a temporary table, then merged with two set-based statements.
+Re-importing updates rather than duplicates (one subscriber per address, case-insensitive):
+a non-empty name replaces the old one, attributes are merged. Importing never touches the
+suppression list nor a membership someone left: a suppressed or unsubscribed address stays so.
+
+Columns: `email` (required), `name`, `attributes` (a JSON object); any other column becomes
+a string attribute of that name, except `status` and `suppressed` (what an export writes).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import itertools
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,21 +25,42 @@ import psycopg
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.audience.lists import ensure_list
 
-BATCH = 5000
+BATCH = 10_000
+# Columns `subscribers export` writes that describe state, not the person: never attributes.
+EXPORT_ONLY = {"status", "suppressed"}
+# Rejections kept on the report when no callback takes them (the rest are only counted).
+KEEP_REJECTED = 10_000
 
-# Stage a batch, then upsert subscribers and memberships with set-based statements.
-STAGE = "CREATE TEMP TABLE IF NOT EXISTS import_stage (line int, email text, name text)"
-UPSERT_SUBSCRIBERS = """
-INSERT INTO subscribers (email, name)
-SELECT DISTINCT ON (lower(email)) email, coalesce(name, '') FROM import_stage
-ORDER BY lower(email), line DESC
-ON CONFLICT ((lower(email))) DO UPDATE
-SET name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE subscribers.name END,
-    updated_at = now()
+# Rows of one batch; emptied by the commit that merges them.
+STAGE = """
+CREATE TEMP TABLE IF NOT EXISTS import_stage (line int, email text, name text, attrs jsonb)
+ON COMMIT DELETE ROWS
 """
-JOIN_LIST = """
+# One statement per batch. The last row of an address in the batch wins; an unchanged
+# subscriber is not rewritten. Members: the subscribers written now (`up`), plus those that
+# existed before the statement (its snapshot), each looked up through the lower(email) index
+# (a scalar subquery: a join would hash the whole subscribers table for every batch).
+# New members are confirmed; an existing membership (unsubscribed too) is left as it is.
+MERGE_BATCH = """
+WITH up AS (
+    INSERT INTO subscribers AS s (email, name, attributes)
+    SELECT DISTINCT ON (lower(email)) email, name, attrs FROM import_stage
+    ORDER BY lower(email), line DESC
+    ON CONFLICT ((lower(email))) DO UPDATE
+    SET name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE s.name END,
+        attributes = s.attributes || EXCLUDED.attributes,
+        updated_at = now()
+    WHERE (EXCLUDED.name <> '' AND EXCLUDED.name <> s.name)
+       OR NOT (s.attributes @> EXCLUDED.attributes)
+    RETURNING s.id
+)
 INSERT INTO list_memberships (list_id, subscriber_id)
-SELECT %(list)s, s.id FROM import_stage i JOIN subscribers s ON lower(s.email) = lower(i.email)
+SELECT %(list)s::bigint, id FROM up
+UNION
+SELECT %(list)s::bigint, known.id FROM (
+    SELECT (SELECT s.id FROM subscribers s WHERE lower(s.email) = lower(i.email)) AS id
+    FROM import_stage i
+) known WHERE known.id IS NOT NULL
 ON CONFLICT DO NOTHING
 """
 
@@ -46,75 +73,132 @@ class UnreadableFile(OSError):
 class ImportReport:
     imported: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    rejected_count: int = 0
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+Reject = Callable[[int, str], None]
+
+
+def _open(path: Path) -> io.TextIOWrapper:
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")
+        return path.open(newline="", encoding="utf-8-sig")
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from exc
-    with handle:
-        try:
-            reader = csv.DictReader(handle)
-            fields = [f.strip().lower() for f in (reader.fieldnames or [])]
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise UnreadableFile(f"cannot read {path}: {exc}") from exc
-        if "email" not in fields:
-            raise UnreadableFile(f"{path}: the header row has no 'email' column")
-        reader.fieldnames = fields
-        try:
-            for row in reader:
-                yield reader.line_num, row
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise UnreadableFile(f"{path}, line {reader.line_num + 1}: {exc}") from exc
 
 
-def import_csv(
-    conn: psycopg.Connection[dict[str, Any]], path: Path, list_name: str
-) -> ImportReport:
-    """Import `path` into list `list_name` (created if needed); bad rows are reported, not fatal."""
-    report = ImportReport()
-    rows = _rows(path)
-    first = next(rows, None)  # opens the file and checks the header before touching the database
-    with conn.transaction():
-        list_id = ensure_list(conn, list_name)
-        conn.execute(STAGE)
-    batch: list[tuple[int, str, str]] = []
+def _rows(path: Path, handle: io.TextIOWrapper) -> Iterator[tuple[int, list[str]]]:
+    """(line the row starts on, fields) for every non-blank row after the header."""
+    reader = csv.reader(handle)
+    line = 1
+    try:
+        for row in reader:
+            if row:
+                yield line, row
+            line = reader.line_num + 1
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UnreadableFile(f"{path}, line {reader.line_num + 1}: {exc}") from exc
 
-    def flush() -> None:
-        if not batch:
-            return
-        with conn.transaction():
-            conn.execute("TRUNCATE import_stage")
-            with conn.cursor().copy("COPY import_stage (line, email, name) FROM STDIN") as copy:
-                for item in batch:
-                    copy.write_row(item)
-            conn.execute(UPSERT_SUBSCRIBERS)
-            conn.execute(JOIN_LIST, {"list": list_id})
-        report.imported += len(batch)
-        batch.clear()
 
-    for line, row in itertools.chain([first] if first else [], rows):
-        raw = (row.get("email") or "").strip()
-        name = (row.get("name") or "").strip()
-        if None in row:
-            report.rejected.append((line, "more fields than the header"))
-            continue
+def _header(path: Path, rows: Iterator[tuple[int, list[str]]]) -> list[str]:
+    first = next(rows, None)
+    fields = [f.strip().lower() for f in first[1]] if first else []
+    if "email" not in fields:
+        raise UnreadableFile(f"{path}: the header row has no 'email' column")
+    return fields
+
+
+class _Parser:
+    """Turns one CSV row into a staged row, or a reason to reject it."""
+
+    def __init__(self, fields: list[str]) -> None:
+        self.width = len(fields)
+        self.email = fields.index("email")
+        self.name = fields.index("name") if "name" in fields else None
+        self.attrs = fields.index("attributes") if "attributes" in fields else None
+        skip = {"email", "name", "attributes", ""} | EXPORT_ONLY
+        self.extra = [(i, f) for i, f in enumerate(fields) if f not in skip]
+
+    def parse(self, row: list[str]) -> tuple[str, str, str] | str:
+        if len(row) > self.width:
+            return "more fields than the header"
+        if len(row) < self.width:
+            row = row + [""] * (self.width - len(row))
+        raw = row[self.email].strip()
         if not raw:
-            report.rejected.append((line, "no email address"))
-            continue
+            return "no email address"
+        if any("\x00" in v for v in row):
+            return "contains a NUL byte"
+        name = row[self.name].strip() if self.name is not None else ""
+        if "\r" in name or "\n" in name:
+            return "name contains a line break"
         try:
             address = normalize(raw)
         except InvalidAddress as exc:
-            report.rejected.append((line, str(exc)))
-            continue
-        if "\r" in name or "\n" in name:
-            report.rejected.append((line, "name contains a line break"))
-            continue
-        batch.append((line, address, name))
-        if len(batch) >= BATCH:
-            flush()
-    flush()
+            return str(exc)
+        attrs: dict[str, Any] = {}
+        if self.attrs is not None and row[self.attrs].strip():
+            try:
+                attrs = json.loads(row[self.attrs])
+            except ValueError:
+                return "attributes is not valid JSON"
+            if not isinstance(attrs, dict):
+                return "attributes is not a JSON object"
+        for i, key in self.extra:
+            if row[i] != "":
+                attrs[key] = row[i]
+        return address, name, json.dumps(attrs, ensure_ascii=False) if attrs else "{}"
+
+
+def import_csv(
+    conn: psycopg.Connection[dict[str, Any]],
+    path: Path,
+    list_name: str,
+    on_reject: Reject | None = None,
+) -> ImportReport:
+    """Import `path` into list `list_name` (created if needed); bad rows are reported, not fatal.
+
+    Each rejected row goes to `on_reject(line, reason)` as it is found, or else onto the
+    report (the first KEEP_REJECTED of them).
+    """
+    report = ImportReport()
+
+    def reject(line: int, reason: str) -> None:
+        report.rejected_count += 1
+        if on_reject is not None:
+            on_reject(line, reason)
+        elif len(report.rejected) < KEEP_REJECTED:
+            report.rejected.append((line, reason))
+
+    with _open(path) as handle:
+        rows = _rows(path, handle)
+        parser = _Parser(_header(path, rows))  # checks the file before touching the database
+        with conn.transaction():
+            list_id = ensure_list(conn, list_name)
+            conn.execute(STAGE)
+        batch: list[tuple[int, str, str, str]] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            with conn.transaction():
+                with conn.cursor().copy(
+                    "COPY import_stage (line, email, name, attrs) FROM STDIN"
+                ) as copy:
+                    for item in batch:
+                        copy.write_row(item)
+                conn.execute(MERGE_BATCH, {"list": list_id})
+            report.imported += len(batch)
+            batch.clear()
+
+        for line, row in rows:
+            parsed = parser.parse(row)
+            if isinstance(parsed, str):
+                reject(line, parsed)
+                continue
+            batch.append((line, *parsed))
+            if len(batch) >= BATCH:
+                flush()
+        flush()
     return report
 
 

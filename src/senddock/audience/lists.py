@@ -1,7 +1,8 @@
-"""Lists by name."""
+"""Lists by name, and their options (double opt-in)."""
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any
 
 import psycopg
@@ -28,3 +29,52 @@ def find_list(conn: psycopg.Connection[dict[str, Any]], name: str) -> int:
     if row is None:
         raise UnknownList(f"no list named {name!r}")
     return int(row["id"])
+
+
+LISTS = """
+SELECT l.id, l.name, l.double_opt_in, l.from_addr,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed
+FROM lists l LEFT JOIN list_memberships m ON m.list_id = l.id
+GROUP BY l.id ORDER BY l.name
+"""
+
+
+class ListError(ValueError):
+    """A list setting that cannot be applied."""
+
+
+def configure(
+    conn: psycopg.Connection[dict[str, Any]],
+    name: str,
+    *,
+    double_opt_in: bool | None = None,
+    from_addr: str | None = None,
+) -> int:
+    """Create list `name` if needed and set its options; its id.
+
+    A double opt-in list needs a From address for its confirmation requests.
+    """
+    from senddock.audience.addresses import normalize
+    from senddock.messages import check_header
+
+    if from_addr is not None:
+        check_header("from", from_addr)
+        normalize(email.utils.parseaddr(from_addr)[1])
+    try:
+        with conn.transaction():
+            list_id = ensure_list(conn, name)
+            conn.execute(
+                "UPDATE lists SET double_opt_in = coalesce(%s, double_opt_in),"
+                " from_addr = coalesce(%s, from_addr) WHERE id = %s",
+                (double_opt_in, from_addr, list_id),
+            )
+    except psycopg.errors.CheckViolation as exc:
+        raise ListError(f"list {name!r}: double opt-in needs --from (who asks to confirm)") from exc
+    return list_id
+
+
+def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every list with its options and member counts by status."""
+    return conn.execute(LISTS).fetchall()

@@ -1,4 +1,4 @@
-"""Campaigns: create, Broadcast() enqueue, counts, pause and resume."""
+"""Campaigns: create, Broadcast() enqueue, counts, pause and resume, who got what."""
 
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import (
@@ -10,6 +10,8 @@ from senddock.campaigns.campaigns import (
     resume,
     status,
 )
+from senddock.campaigns.recipients import recipients, retry_failed
+from senddock.campaigns.scheduler import run_due, schedule
 
 __all__ = [
     "CampaignError",
@@ -19,6 +21,10 @@ __all__ = [
     "cancel",
     "create_campaign",
     "pause",
+    "recipients",
     "resume",
+    "retry_failed",
+    "run_due",
+    "schedule",
     "status",
 ]

@@ -15,15 +15,18 @@ LOCK_CAMPAIGN = """
 SELECT id, list_id, from_addr, status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE
 """
 NEW_BROADCAST = "INSERT INTO broadcasts (campaign_id, total) VALUES (%s, 0) RETURNING id"
-# One job per distinct (one subscriber per address), confirmed, active, non-suppressed address.
-# The Message-ID is fixed here, so every attempt of the job carries the same one (invariant 9).
+# One job per distinct (one subscriber per address), active, non-suppressed address that is
+# confirmed on any of the campaign's lists. The Message-ID is fixed here, so every attempt of
+# the job carries the same one (invariant 9).
 ENQUEUE = """
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
        format('<sd.%%s.%%s.%%s@%%s>', %(b)s::bigint, s.id, %(token)s::text, %(domain)s::text)
-FROM list_memberships m
-JOIN subscribers s ON s.id = m.subscriber_id
-WHERE m.list_id = %(list)s::bigint AND m.status = 'confirmed' AND s.status = 'active'
+FROM subscribers s
+WHERE s.status = 'active'
+  AND EXISTS (SELECT 1 FROM list_memberships m
+              JOIN campaign_lists cl ON cl.list_id = m.list_id AND cl.campaign_id = %(c)s::bigint
+              WHERE m.subscriber_id = s.id AND m.status = 'confirmed')
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
 ON CONFLICT (broadcast_id, subscriber_id) DO NOTHING
 """
@@ -54,7 +57,7 @@ def broadcast(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tup
         assert b is not None
         bid = int(b["id"])
         domain = email.utils.parseaddr(str(row["from_addr"]))[1].rsplit("@", 1)[-1]
-        params = {"b": bid, "list": row["list_id"], "token": secrets.token_hex(4), "domain": domain}
+        params = {"b": bid, "c": campaign_id, "token": secrets.token_hex(4), "domain": domain}
         total = conn.execute(ENQUEUE, params).rowcount
         if total == 0:
             raise NothingToSend(

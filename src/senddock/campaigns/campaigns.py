@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -10,7 +12,7 @@ import psycopg
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.delivery.queue import FINISH, NOTIFY_CHANNEL
-from senddock.messages import compile_message
+from senddock.messages import check_header, compile_message
 
 
 class CampaignError(ValueError):
@@ -25,22 +27,68 @@ def create_campaign(
     conn: psycopg.Connection[dict[str, Any]],
     *,
     name: str,
-    list_name: str,
+    list_name: str | Sequence[str],
     subject: str,
     from_addr: str,
-    text_body: str,
+    text_body: str | None,
     html_body: str | None = None,
+    reply_to: str | None = None,
+    send_at: datetime | None = None,
 ) -> int:
-    """Check everything that could fail mid-broadcast now, then store a draft; its id."""
-    compile_message(subject, from_addr, text_body, html_body)  # TemplateProblem / HeaderError
+    """Check everything that could fail mid-broadcast now, then store a draft; its id.
+
+    Without a text body, the text part is derived from the HTML. With `send_at` (time zone
+    required) the scheduler enqueues it then. Several lists: each address gets one message.
+    """
+    if send_at is not None and send_at.tzinfo is None:
+        raise CampaignError("the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)")
+    check_header("campaign name", name)
+    # TemplateProblem / HeaderError, with the part and line.
+    compile_message(subject, from_addr, text_body, html_body, reply_to=reply_to)
     normalize(email.utils.parseaddr(from_addr)[1])  # InvalidAddress
-    list_id = find_list(conn, list_name)
+    if reply_to:
+        normalize(email.utils.parseaddr(reply_to)[1])
+    names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
+    if not names:
+        raise CampaignError("a campaign needs at least one list")
+    list_ids = [find_list(conn, n) for n in names]  # UnknownList
+    with conn.transaction():
+        cid = _insert(
+            conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
+        )
+    return cid
+
+
+def _insert(
+    conn: psycopg.Connection[dict[str, Any]],
+    name: str,
+    list_ids: list[int],
+    subject: str,
+    from_addr: str,
+    reply_to: str | None,
+    text_body: str | None,
+    html_body: str | None,
+    send_at: datetime | None,
+) -> int:
     row = conn.execute(
-        "INSERT INTO campaigns (name, list_id, subject, from_addr, text_body, html_body)"
-        " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-        (name, list_id, subject, from_addr, text_body, html_body),
+        "INSERT INTO campaigns (name, list_id, subject, from_addr, reply_to, text_body,"
+        " html_body, send_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        (
+            name,
+            list_ids[0],
+            subject,
+            from_addr,
+            reply_to or None,
+            text_body or None,
+            html_body or None,
+            send_at,
+        ),
     ).fetchone()
     assert row is not None
+    conn.execute(
+        "INSERT INTO campaign_lists (campaign_id, list_id) SELECT %s, unnest(%s::bigint[])",
+        (row["id"], list_ids),
+    )
     return int(row["id"])
 
 

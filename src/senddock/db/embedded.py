@@ -49,10 +49,12 @@ class EmbeddedPostgres:
 
     def stop(self) -> None:
         """Stop the server now, whoever started it (uses the bundled pg_ctl)."""
+        # pg_ctl first: after a restart() pgserver no longer knows the postmaster, and its
+        # cleanup would delete the data folder under a running server.
+        pg_ctl(self.pgdata, "stop", "-m", "fast")
         if self._server is not None:
             with contextlib.suppress(Exception):
                 self._server.cleanup()
-        pg_ctl(self.pgdata, "stop", "-m", "fast")
 
     def restart(self) -> None:
         """Stop and start the same server (its socket path stays the same)."""

@@ -33,6 +33,8 @@ class Job:
     attempts: int
     sender_faults: int
     message_id: str
+    # The subscriber the job is for: its unsubscribe link names it.
+    subscriber_id: int = 0
 
 
 # Invariant 2: one statement claims; the CTE locks at most n rows (LIMIT inside the locking
@@ -63,7 +65,7 @@ WITH picked AS (
               j.sender_faults, j.message_id
 )
 SELECT c.id, c.broadcast_id, c.email, s.name, s.attributes, c.attempts, c.sender_faults,
-       c.message_id
+       c.message_id, c.subscriber_id
 FROM claimed c JOIN subscribers s ON s.id = c.subscriber_id
 WHERE c.status = 'sending'
 ORDER BY c.id
@@ -145,8 +147,11 @@ WITH leftovers AS (
     FROM broadcasts b
     WHERE b.status = 'cancelled' AND j.broadcast_id = b.id AND j.status IN ('pending', 'retry')
 ), done AS (
+    -- `seen` is the broadcast as of this statement's snapshot; if `retry-failed` reopened it
+    -- since (bumping generation), the re-read row no longer matches and it is not finished.
     UPDATE broadcasts b SET status = 'finished', finished_at = now()
-    WHERE b.status = 'running'
+    FROM broadcasts seen
+    WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
       AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j
                       WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
     RETURNING b.id, b.campaign_id
@@ -190,6 +195,7 @@ async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
             attempts=r["attempts"],
             sender_faults=r["sender_faults"],
             message_id=r["message_id"],
+            subscriber_id=r["subscriber_id"],
         )
         for r in rows
     ]

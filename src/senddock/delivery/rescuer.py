@@ -91,7 +91,10 @@ SELECT w.id, w.host, w.boot_id, w.pid, w.pid_started,
            AS age,
        EXISTS (SELECT 1 FROM pg_locks l
                WHERE l.locktype = 'advisory' AND l.classid = %(cls)s AND l.objsubid = 2
-                 AND l.objid::bigint = w.id AND l.granted) AS locked
+                 AND l.objid::bigint = w.id AND l.granted
+                 -- worker ids repeat across databases on one server: only ours count
+                 AND l.database = (SELECT oid FROM pg_database
+                                   WHERE datname = current_database())) AS locked
 FROM workers w WHERE w.id <> %(me)s
 """
 # Owners of `sending` jobs that have no row at all (their row was removed as dead).
@@ -149,13 +152,25 @@ async def deregister(conn: AsyncConn, worker_id: int) -> None:
     await conn.execute(DEREGISTER, {"id": worker_id})
 
 
-async def sweep(conn: AsyncConn, me: int, ident: Identity, lease: float, budget: int) -> int:
-    """Declare dead the workers that are, rescue their jobs; the number of jobs rescued."""
+async def sweep(
+    conn: AsyncConn,
+    me: int,
+    ident: Identity,
+    lease: float,
+    budget: int,
+    *,
+    judge_lapses: bool = True,
+) -> int:
+    """Declare dead the workers that are, rescue their jobs; the number of jobs rescued.
+
+    `judge_lapses=False`: the caller was itself cut off from the database within the last
+    lease, so a peer's lapsed heartbeat proves nothing yet; only the same-host rule applies.
+    """
     cur = await conn.execute(PEERS, {"cls": LOCK_CLASS, "me": me})
     known_dead: list[int] = []
     lapsed: list[int] = []
     for peer in await cur.fetchall():
-        if float(peer["age"]) > lease:
+        if judge_lapses and float(peer["age"]) > lease:
             lapsed.append(int(peer["id"]))
         elif (
             not peer["locked"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -22,12 +22,13 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
+from senddock.campaigns import compose, scheduler
 from senddock.config import Settings, SmtpTarget
 from senddock.delivery import queue, rescuer
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
 from senddock.delivery.queue import NOTIFY_CHANNEL, AsyncConn, Job
 from senddock.delivery.smtp import SmtpSession
-from senddock.messages import CompiledMessage, Recipient, TemplateProblem, compile_message
+from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
 
 log = logging.getLogger("senddock.worker")
 
@@ -40,6 +41,10 @@ async def open_conn(url: str) -> AsyncConn:
     )
 
 
+class Stopped(Exception):
+    """The worker is stopping and this database call is not worth waiting for."""
+
+
 class Link:
     """One database connection that comes back after a fault (server restart, killed backend)."""
 
@@ -48,9 +53,12 @@ class Link:
         self._conn: AsyncConn | None = None
         self._stopping = stopping
 
-    async def conn(self) -> AsyncConn:
+    async def conn(self, give_up_when_stopping: bool = False) -> AsyncConn:
+        """The open connection, reconnecting with backoff for as long as it takes."""
         delay = 0.05
         while self._conn is None or self._conn.closed:
+            if give_up_when_stopping and self._stopping():
+                raise Stopped
             try:
                 self._conn = await open_conn(self.url)
             except psycopg.OperationalError as exc:
@@ -65,14 +73,16 @@ class Link:
                 await self._conn.close()
         self._conn = None
 
-    async def retrying(self, what: Callable[[AsyncConn], Awaitable[T]]) -> T:
+    async def retrying(
+        self, what: Callable[[AsyncConn], Awaitable[T]], give_up_when_stopping: bool = False
+    ) -> T:
         """Run `what` until it completes, reconnecting after connection faults.
 
         Only for statements that are safe to run twice (reads, idempotent writes).
         """
         delay = 0.05
         while True:
-            conn = await self.conn()
+            conn = await self.conn(give_up_when_stopping)
             try:
                 return await what(conn)
             except psycopg.OperationalError as exc:
@@ -105,6 +115,8 @@ class Shared:
     faults_in_row: dict[int, int] = field(default_factory=dict)
     paused: set[int] = field(default_factory=set)
     sent: int = 0
+    # Until then (monotonic), judge no peer dead by a lapsed lease: we were cut off ourselves.
+    lapse_grace_until: float = 0.0
 
     def fresh(self) -> bool:
         """May this process start a message? Only while its lease is surely still held."""
@@ -137,7 +149,8 @@ class Sender:
                         # The queue looks drained: mark finished broadcasts now, not at the next
                         # maintenance tick, so a campaign turns `sent` as soon as it is.
                         self.worked = False
-                        await self.db.retrying(queue.finish)
+                        with contextlib.suppress(Stopped):
+                            await self.db.retrying(queue.finish, give_up_when_stopping=True)
                     await self._idle()
                     continue
                 self.worked = True
@@ -149,15 +162,22 @@ class Sender:
     async def _claim(self) -> list[Job]:
         async with self.s.claim_lock:
             try:
-                conn = await self.db.conn()
+                conn = await self.db.conn(give_up_when_stopping=True)
                 jobs = await queue.claim(conn, self.s.worker_id, self.s.settings.claim_batch)
+            except Stopped:
+                return []
             except psycopg.OperationalError as exc:
                 # The claim may have committed with its reply lost: give back whatever this
                 # process holds in the database but no sender knows about.
+                # If we stop first they stay ours until our row is gone; then a peer rescues them.
                 log.warning("claim interrupted (%s); releasing orphans", _one_line(exc))
                 await self.db.close()
                 held = sorted(self.s.held)
-                await self.db.retrying(lambda c: queue.release_orphans(c, self.s.worker_id, held))
+                with contextlib.suppress(Stopped):
+                    await self.db.retrying(
+                        lambda c: queue.release_orphans(c, self.s.worker_id, held),
+                        give_up_when_stopping=True,
+                    )
                 return []
             self.s.held.update(j.id for j in jobs)
             # The database said these broadcasts are running (resumed, if we had paused them).
@@ -198,7 +218,8 @@ class Sender:
     async def _attempt(self, job: Job) -> Reply:
         try:
             message, envelope_from = await self._compiled(job.broadcast_id)
-            data = message.render(Recipient(job.email, job.name, job.attributes), job.message_id)
+            rcpt = Recipient(job.email, job.name, job.attributes, job.subscriber_id)
+            data = message.render(rcpt, job.message_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
         return await self.smtp.send(envelope_from, job.email, data)
@@ -206,14 +227,12 @@ class Sender:
     async def _compiled(self, broadcast_id: int) -> tuple[CompiledMessage, str]:
         found = self.s.compiled.get(broadcast_id)
         if found is None:
-            row = await self.db.retrying(lambda c: queue.campaign_of(c, broadcast_id))
-            if row is None:
+            # Templates, headers and the signed unsubscribe links (SENDDOCK_PUBLIC_URL, key).
+            links = LinkSettings()
+            built = await self.db.retrying(lambda c: compose.for_broadcast(c, broadcast_id, links))
+            if built is None:
                 raise TemplateProblem(f"broadcast {broadcast_id} has no campaign")
-            message = compile_message(
-                row["subject"], row["from_addr"], row["text_body"], row["html_body"]
-            )
-            envelope_from = email.utils.parseaddr(row["from_addr"])[1]
-            found = self.s.compiled[broadcast_id] = (message, envelope_from)
+            found = self.s.compiled[broadcast_id] = built
         return found
 
     async def _record(self, job: Job, verdict: Verdict, reply: Reply) -> None:
@@ -272,7 +291,11 @@ class Sender:
     async def _give_back(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        await self.db.retrying(lambda c: queue.release(c, self.s.worker_id, jobs))
+        # Stopping with the database gone: leave them; they are rescued once we are known dead.
+        with contextlib.suppress(Stopped):
+            await self.db.retrying(
+                lambda c: queue.release(c, self.s.worker_id, jobs), give_up_when_stopping=True
+            )
         for j in jobs:
             self.s.held.discard(j.id)
 
@@ -314,6 +337,7 @@ class Worker:
                 if self._needs_lock:
                     await rescuer.relock(conn, self.shared.worker_id)
                     self._needs_lock = False
+                    self._grant_grace()
                 self.shared.heartbeat_ok = time.monotonic()
             except psycopg.OperationalError as exc:
                 log.warning("heartbeat failed (%s)", _one_line(exc))
@@ -322,6 +346,11 @@ class Worker:
             await asyncio.sleep(interval)
 
     _needs_lock = False
+
+    def _grant_grace(self) -> None:
+        """We just got the database back: peers cut off with us get a full lease to return."""
+        grace = time.monotonic() + self.settings.lease_seconds
+        self.shared.lapse_grace_until = max(self.shared.lapse_grace_until, grace)
 
     async def _declared_dead(self) -> None:
         """A peer declared us dead (we lost our lease): drop every claim, join again anew."""
@@ -337,19 +366,33 @@ class Worker:
         period = max(0.5, min(self.settings.lease_seconds / 3, 5.0))
         budget = len(self.settings.backoff)
         link = Link(self.url, self.shared.stopping.is_set)
+        cut_off = False
         while True:
             try:
                 conn = await link.conn()
+                if cut_off:
+                    self._grant_grace()
+                    cut_off = False
+                judge = self.shared.fresh() and time.monotonic() >= self.shared.lapse_grace_until
                 n = await rescuer.sweep(
-                    conn, self.shared.worker_id, self.ident, self.settings.lease_seconds, budget
+                    conn,
+                    self.shared.worker_id,
+                    self.ident,
+                    self.settings.lease_seconds,
+                    budget,
+                    judge_lapses=judge,
                 )
                 if n:
                     log.warning("rescued %d jobs from dead workers", n)
                     self.shared.wake.set()
                 await queue.finish(conn)
+                # Every worker also runs the scheduler; SKIP LOCKED makes exactly one enqueue.
+                if await asyncio.to_thread(scheduler.tick, self.url):
+                    self.shared.wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("maintenance failed (%s)", _one_line(exc))
                 await link.close()
+                cut_off = True
             await asyncio.sleep(period)
 
     async def _listen_loop(self) -> None:
@@ -400,9 +443,14 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*senders, return_exceptions=True)
         try:
-            conn = await self.hb.conn()
-            await queue.finish(conn)
-            await rescuer.deregister(conn, self.shared.worker_id)
+            # Bounded: with the database gone, peers (or our replacement) will rescue instead.
+            async with asyncio.timeout(10):
+                await self.hb.retrying(queue.finish)
+                await self.hb.retrying(lambda c: rescuer.deregister(c, self.shared.worker_id))
+        except TimeoutError:
+            log.warning(
+                "could not deregister worker %s: database unreachable", self.shared.worker_id
+            )
         finally:
             await self.hb.close()
         log.info(
@@ -412,13 +460,25 @@ class Worker:
 
 
 def run_worker(settings: Settings, url: str, concurrency: int) -> int:
-    """Run a worker in this process until SIGTERM or SIGINT; graceful on either."""
+    """Run a worker in this process until SIGTERM or SIGINT; graceful on the first.
+
+    A second signal exits at once: an outcome that could not be written yet (database gone)
+    is then left to the rescuer, and its message may be sent again.
+    """
 
     async def main() -> int:
         worker = Worker(settings, url, concurrency)
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if worker.shared.stopping.is_set():
+                log.error("second signal: exiting now without waiting for outcomes")
+                os._exit(1)
+            log.info("stopping: finishing messages in flight, giving back the rest")
+            worker.stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.stop)
+            loop.add_signal_handler(sig, on_signal)
         return await worker.run()
 
     try:

@@ -1,5 +1,7 @@
-"""Templates and message bytes. Knows nothing about the database."""
+"""Templates, message bytes and signed links. Knows nothing about the database."""
 
+from senddock.messages.html_text import html_to_text
+from senddock.messages.links import UNSUBSCRIBE, Links, LinkSettings, sign, verify
 from senddock.messages.render import (
     CompiledMessage,
     HeaderError,
@@ -10,10 +12,16 @@ from senddock.messages.render import (
 )
 
 __all__ = [
+    "UNSUBSCRIBE",
     "CompiledMessage",
     "HeaderError",
+    "LinkSettings",
+    "Links",
     "Recipient",
     "TemplateProblem",
     "check_header",
     "compile_message",
+    "html_to_text",
+    "sign",
+    "verify",
 ]

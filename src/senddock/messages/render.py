@@ -10,18 +10,44 @@ import email.utils
 import quopri
 import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.header import Header
+from types import TracebackType
 from typing import Any
 
 from jinja2 import TemplateError, TemplateSyntaxError
+from jinja2.exceptions import SecurityError
+from jinja2.runtime import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-_TEXT_ENV = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
-_HTML_ENV = ImmutableSandboxedEnvironment(autoescape=True, keep_trailing_newline=True)
+from senddock.messages.html_text import html_to_text
+from senddock.messages.links import Links
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's sandbox, stricter: touching an unsafe attribute fails at once.
+
+    The stock sandbox renders `{{ x.__class__ }}` as an empty string and fails only one step
+    later; failing at the first step makes every escape attempt a visible template error.
+    """
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
+        raise SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+        )
+
+
+_TEXT_ENV = _Sandbox(autoescape=False, keep_trailing_newline=True)
+_HTML_ENV = _Sandbox(autoescape=True, keep_trailing_newline=True)
 
 
 class TemplateProblem(ValueError):
     """A template that cannot render; says which part and which line."""
+
+
+# A body larger than this is refused at create: mail providers clip or reject such messages
+# long before (Gmail clips HTML past ~100 kB), and every recipient would cost it again.
+MAX_BODY = 2 * 1024 * 1024
 
 
 class HeaderError(ValueError):
@@ -40,13 +66,40 @@ class Recipient:
     email: str
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    # The subscriber's id: what the unsubscribe link names. None: no link (a test send).
+    subscriber_id: int | None = None
 
 
 def _compile(env: ImmutableSandboxedEnvironment, part: str, source: str) -> Any:
     try:
-        return env.from_string(source)
+        template: Any = env.from_string(source)
     except TemplateSyntaxError as exc:
         raise TemplateProblem(f"{part} template, line {exc.lineno}: {exc.message}") from exc
+    template.senddock_part = part
+    return template
+
+
+def _template_line(tb: TracebackType | None) -> int | None:
+    """The template line a render error happened on (Jinja maps its frames to it)."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _render(template: Any, ctx: dict[str, Any]) -> str:
+    try:
+        return str(template.render(ctx))
+    except TemplateError as exc:
+        line = _template_line(exc.__traceback__)
+        where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
+        raise TemplateProblem(f"{where}: {exc}") from exc
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        line = _template_line(exc.__traceback__)
+        where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
+        raise TemplateProblem(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
 def _encode_header(value: str) -> str:
@@ -58,6 +111,20 @@ def _encode_header(value: str) -> str:
 def _format_from(from_addr: str) -> str:
     name, addr = email.utils.parseaddr(from_addr)
     return email.utils.formataddr((name, addr), charset="utf-8") if name else addr
+
+
+def _address_header(what: str, value: str) -> tuple[str, str]:
+    """(header value, bare address) of a `Name <addr>` value; HeaderError if it is not one."""
+    check_header(what, value)
+    _, addr = email.utils.parseaddr(value)
+    if "@" not in addr or " " in addr:
+        raise HeaderError(f"{what} address {value!r} is not an email address")
+    return _format_from(value), addr
+
+
+def _one_line(value: str) -> str:
+    """A value from a subscriber's data, made safe for a header (no CR, LF or runs of space)."""
+    return " ".join(value.split())
 
 
 def _qp(text: str) -> bytes:
@@ -74,29 +141,56 @@ class CompiledMessage:
     html: Any | None
     from_header: str
     from_domain: str
+    reply_to_header: str | None = None
+    links: Links | None = None
 
     def context(self, rcpt: Recipient) -> dict[str, Any]:
-        sub = {"email": rcpt.email, "name": rcpt.name, "attributes": rcpt.attributes}
-        return {"subscriber": sub, "email": rcpt.email, "name": rcpt.name}
+        sub = {
+            "id": rcpt.subscriber_id,
+            "email": rcpt.email,
+            "name": rcpt.name,
+            "attributes": rcpt.attributes,
+        }
+        url = ""
+        if self.links is not None and rcpt.subscriber_id is not None:
+            url = self.links.unsubscribe_url(rcpt.subscriber_id)
+        return {
+            "subscriber": sub,
+            "email": rcpt.email,
+            "name": rcpt.name,
+            "attributes": rcpt.attributes,
+            "unsubscribe_url": url,
+        }
+
+    def parts(self, rcpt: Recipient) -> tuple[str, str, str | None]:
+        """Subject, text and HTML for one recipient; TemplateProblem names part and line."""
+        ctx = self.context(rcpt)
+        subject = _one_line(_render(self.subject, ctx))
+        text = _render(self.text, ctx)
+        html = _render(self.html, ctx) if self.html is not None else None
+        return subject, text, html
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
         """The whole RFC 5322 message for one recipient, CRLF line endings."""
-        ctx = self.context(rcpt)
         try:
-            subject = " ".join(self.subject.render(ctx).split())
-            text = self.text.render(ctx)
-            html = self.html.render(ctx) if self.html is not None else None
-        except TemplateError as exc:
+            subject, text, html = self.parts(rcpt)
+        except TemplateProblem as exc:
             raise TemplateProblem(f"rendering for {rcpt.email}: {exc}") from exc
-        to = email.utils.formataddr((rcpt.name, rcpt.email), charset="utf-8")
-        head = [
-            f"From: {self.from_header}",
+        to = email.utils.formataddr((_one_line(rcpt.name), rcpt.email), charset="utf-8")
+        head = [f"From: {self.from_header}"]
+        if self.reply_to_header:
+            head.append(f"Reply-To: {self.reply_to_header}")
+        head += [
             f"To: {to}",
             f"Subject: {_encode_header(subject)}",
-            f"Date: {email.utils.formatdate(localtime=False)}",
+            f"Date: {email.utils.format_datetime(datetime.now(UTC))}",
             f"Message-ID: {message_id}",
-            "MIME-Version: 1.0",
         ]
+        if self.links is not None and rcpt.subscriber_id is not None:
+            # RFC 2369 and RFC 8058: receivers (Gmail, Yahoo) POST to the https URL at once.
+            head.append(f"List-Unsubscribe: {self.links.list_unsubscribe(rcpt.subscriber_id)}")
+            head.append("List-Unsubscribe-Post: List-Unsubscribe=One-Click")
+        head.append("MIME-Version: 1.0")
         if html is None:
             head += [
                 "Content-Type: text/plain; charset=utf-8",
@@ -117,21 +211,41 @@ class CompiledMessage:
 
 
 def compile_message(
-    subject: str, from_addr: str, text_body: str, html_body: str | None = None
+    subject: str,
+    from_addr: str,
+    text_body: str | None,
+    html_body: str | None = None,
+    *,
+    reply_to: str | None = None,
+    links: Links | None = None,
 ) -> CompiledMessage:
-    """Compile and try-render every part, so a template error surfaces now, not mid-broadcast."""
+    """Compile and try-render every part, so a template error surfaces now, not mid-broadcast.
+
+    Without a text body the text part is derived from the HTML template (once, here).
+    """
     check_header("subject", subject)
-    check_header("from", from_addr)
-    _, addr = email.utils.parseaddr(from_addr)
-    if "@" not in addr:
-        raise HeaderError(f"from address {from_addr!r} is not an email address")
+    from_header, addr = _address_header("from", from_addr)
+    reply_header = _address_header("reply-to", reply_to)[0] if reply_to else None
+    if not text_body and not html_body:
+        raise TemplateProblem("a campaign needs a text body, an HTML body, or both")
+    for part, body in (("text", text_body), ("html", html_body)):
+        if body and len(body.encode()) > MAX_BODY:
+            size = len(body.encode()) / 1024 / 1024
+            raise TemplateProblem(f"the {part} body is {size:.1f} MB; the limit is 2 MB")
+    html = _compile(_HTML_ENV, "html", html_body) if html_body else None
+    if not text_body:
+        assert html_body is not None
+        text_body = html_to_text(html_body)
     compiled = CompiledMessage(
         subject=_compile(_TEXT_ENV, "subject", subject),
         text=_compile(_TEXT_ENV, "text", text_body),
-        html=_compile(_HTML_ENV, "html", html_body) if html_body else None,
-        from_header=_format_from(from_addr),
+        html=html,
+        from_header=from_header,
         from_domain=addr.rsplit("@", 1)[1],
+        reply_to_header=reply_header,
+        links=links,
     )
-    sample = Recipient(email="sample@example.com", name="Sample", attributes={})
+    sample = Recipient(email="sample@example.com", name="Sample", attributes={}, subscriber_id=0)
+    compiled.parts(sample)
     compiled.render(sample, "<check@senddock>")
     return compiled

@@ -538,6 +538,11 @@ class Catcher:
             for rcpt, fault in active:
                 if fault.kind == kind:
                     return fault.reply_for(rcpt)
+        if server.transport is None or server.transport.is_closing():
+            # Dropped by set_down() while the data was in: a clean cut keeps nothing (a real
+            # relay might keep it and lose only its reply; the `stall` fault with
+            # record_first=True and then="drop" models that case).
+            _hang_up(server)
         self._record(envelope, data)
         return ACCEPTED
 

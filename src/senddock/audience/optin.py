@@ -1,0 +1,94 @@
+"""Double opt-in: a signed confirmation link per (subscriber, list), and the request that
+carries it. `senddock serve` answers the link; only confirmed members are ever sent campaigns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+from email.message import EmailMessage
+from typing import Any
+
+import psycopg
+
+from senddock.config import Settings, SmtpTarget
+from senddock.delivery.outcome import Reply
+from senddock.delivery.smtp import SmtpSession
+from senddock.messages import LinkSettings, sign
+
+CONFIRM = "confirm"
+Conn = psycopg.Connection[dict[str, Any]]
+
+UNCONFIRMED = """
+SELECT s.id AS subscriber_id, s.email, s.name, l.id AS list_id, l.name AS list_name, l.from_addr
+FROM list_memberships m
+JOIN subscribers s ON s.id = m.subscriber_id JOIN lists l ON l.id = m.list_id
+WHERE lower(s.email) = lower(%s) AND m.status = 'unconfirmed' AND l.double_opt_in
+ORDER BY l.name
+"""
+ABOUT = """
+SELECT s.email, l.name AS list_name, m.status
+FROM list_memberships m
+JOIN subscribers s ON s.id = m.subscriber_id JOIN lists l ON l.id = m.list_id
+WHERE m.subscriber_id = %s AND m.list_id = %s
+"""
+# Only an unconfirmed membership becomes confirmed: following an old link never undoes an
+# unsubscribe. Idempotent.
+CONFIRM_MEMBERSHIP = """
+UPDATE list_memberships SET status = 'confirmed', updated_at = now()
+WHERE subscriber_id = %s AND list_id = %s AND status = 'unconfirmed'
+"""
+
+
+def confirm_url(links: LinkSettings, key: bytes, subscriber_id: int, list_id: int) -> str:
+    token = sign(key, CONFIRM, subscriber_id, list_id)
+    return f"{links.public_url.rstrip('/')}/confirm/{token}"
+
+
+def request_message(row: dict[str, Any], url: str) -> bytes:
+    """The confirmation request for one unconfirmed membership."""
+    msg = EmailMessage()
+    msg["From"] = row["from_addr"]
+    msg["To"] = email.utils.formataddr((" ".join(str(row["name"]).split()), row["email"]))
+    msg["Subject"] = f"Please confirm your subscription to {' '.join(row['list_name'].split())}"
+    msg["Date"] = email.utils.formatdate(usegmt=True)
+    domain = email.utils.parseaddr(row["from_addr"])[1].rsplit("@", 1)[-1]
+    msg["Message-ID"] = email.utils.make_msgid("sd.confirm", domain=domain)
+    msg.set_content(
+        f"Someone (we hope you) asked to receive {row['list_name']} at {row['email']}.\n\n"
+        f"To confirm, open this link and press the button:\n\n{url}\n\n"
+        "If this was not you, ignore this message: you will get nothing more.\n"
+    )
+    return msg.as_bytes(policy=msg.policy.clone(linesep="\r\n"))
+
+
+def send_requests(
+    conn: Conn, address: str, key: bytes, settings: Settings, links: LinkSettings
+) -> list[tuple[str, Reply]]:
+    """Send a confirmation request for each unconfirmed membership of `address`:
+    (list name, the relay's reply)."""
+    todo = []
+    for row in conn.execute(UNCONFIRMED, (address.strip(),)).fetchall():
+        url = confirm_url(links, key, row["subscriber_id"], row["list_id"])
+        sender = email.utils.parseaddr(row["from_addr"])[1]
+        todo.append((row["list_name"], sender, row["email"], request_message(row, url)))
+
+    async def send_all() -> list[tuple[str, Reply]]:
+        target = SmtpTarget.parse(settings.smtp_url)
+        session = SmtpSession(target, settings.smtp_timeout, verify_certs=target.verify)
+        try:
+            return [(name, await session.send(s, r, data)) for name, s, r, data in todo]
+        finally:
+            await session.quit()
+
+    return asyncio.run(send_all()) if todo else []
+
+
+def about(conn: Conn, subscriber_id: int, list_id: int) -> dict[str, Any] | None:
+    """The address, list and membership status a confirmation link is about."""
+    return conn.execute(ABOUT, (subscriber_id, list_id)).fetchone()
+
+
+def confirm(conn: Conn, subscriber_id: int, list_id: int) -> bool:
+    """Confirm the membership; False if it was not waiting for confirmation."""
+    return conn.execute(CONFIRM_MEMBERSHIP, (subscriber_id, list_id)).rowcount == 1

@@ -1,0 +1,134 @@
+"""A campaign's message as the senders see it: its templates, its headers, its signed links.
+
+One place builds it, for the worker (once per broadcast), for `campaign preview` and for the
+web pages that check links: they all sign with the same key, so a link made by one is accepted
+by the others.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from typing import Any
+
+import psycopg
+
+from senddock.campaigns.campaigns import UnknownCampaign
+from senddock.messages import (
+    CompiledMessage,
+    HeaderError,
+    Links,
+    LinkSettings,
+    Recipient,
+    TemplateProblem,
+    compile_message,
+)
+
+# The key made by migration 0003; SENDDOCK_SECRET_KEY overrides it.
+LINK_KEY = "SELECT value FROM app_secrets WHERE name = 'link_key'"
+MESSAGE_OF_CAMPAIGN = """
+SELECT id, subject, from_addr, reply_to, text_body, html_body FROM campaigns WHERE id = %(id)s
+"""
+MESSAGE_OF_BROADCAST = """
+SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body
+FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
+"""
+
+
+class NoLinkKey(RuntimeError):
+    """Neither SENDDOCK_SECRET_KEY nor a stored key: the schema predates migration 0003."""
+
+
+def _key(stored: dict[str, Any] | None, settings: LinkSettings) -> bytes:
+    if settings.secret_key:
+        return settings.secret_key.encode()
+    if stored is None:
+        raise NoLinkKey("no link signing key: run 'senddock migrate' or set SENDDOCK_SECRET_KEY")
+    return str(stored["value"]).encode()
+
+
+def link_key(conn: psycopg.Connection[dict[str, Any]], settings: LinkSettings) -> bytes:
+    """The key that signs and checks links."""
+    if settings.secret_key:
+        return settings.secret_key.encode()
+    return _key(conn.execute(LINK_KEY).fetchone(), settings)
+
+
+def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[CompiledMessage, str]:
+    """(compiled message, envelope sender) of a campaign row."""
+    envelope_from = email.utils.parseaddr(str(row["from_addr"]))[1]
+    links = Links(
+        base_url=settings.public_url,
+        key=key,
+        campaign_id=int(row["id"]),
+        mailto=settings.unsubscribe_mailto or envelope_from,
+    )
+    message = compile_message(
+        row["subject"],
+        row["from_addr"],
+        row["text_body"],
+        row["html_body"],
+        reply_to=row["reply_to"],
+        links=links,
+    )
+    return message, envelope_from
+
+
+def for_campaign(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, settings: LinkSettings
+) -> tuple[CompiledMessage, str] | None:
+    """The compiled message of a campaign; None if there is no such campaign."""
+    row = conn.execute(MESSAGE_OF_CAMPAIGN, {"id": campaign_id}).fetchone()
+    if row is None:
+        return None
+    return build(row, link_key(conn, settings), settings)
+
+
+async def for_broadcast(
+    conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int, settings: LinkSettings
+) -> tuple[CompiledMessage, str] | None:
+    """The compiled message of a broadcast's campaign (the worker's way in)."""
+    cur = await conn.execute(MESSAGE_OF_BROADCAST, {"id": broadcast_id})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    stored = None
+    if not settings.secret_key:
+        stored = await (await conn.execute(LINK_KEY)).fetchone()
+    try:
+        return build(row, _key(stored, settings), settings)
+    except HeaderError as exc:  # checked at create; only a hand-edited row gets here
+        raise TemplateProblem(str(exc)) from exc
+
+
+SUBSCRIBER = "SELECT id, email, name, attributes FROM subscribers WHERE lower(email) = lower(%s)"
+
+
+def recipient_for(conn: psycopg.Connection[dict[str, Any]], address: str) -> Recipient:
+    """A subscriber as a Recipient; any other address as a subscriber with no data (id 0,
+    whose unsubscribe link unsubscribes nobody)."""
+    row = conn.execute(SUBSCRIBER, (address.strip(),)).fetchone()
+    if row is None:
+        return Recipient(address.strip(), "", {}, 0)
+    return Recipient(row["email"], row["name"], row["attributes"] or {}, int(row["id"]))
+
+
+def campaign_message(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, settings: LinkSettings
+) -> tuple[CompiledMessage, str]:
+    """(compiled message, envelope sender) of a campaign; UnknownCampaign if there is none."""
+    built = for_campaign(conn, campaign_id, settings)
+    if built is None:
+        raise UnknownCampaign(f"no campaign with id {campaign_id}")
+    return built
+
+
+def preview(
+    conn: psycopg.Connection[dict[str, Any]],
+    campaign_id: int,
+    address: str,
+    settings: LinkSettings,
+) -> bytes:
+    """The message campaign `campaign_id` would send to `address`, rendered now."""
+    message, _ = campaign_message(conn, campaign_id, settings)
+    mid = f"<preview.{campaign_id}@{message.from_domain}>"
+    return message.render(recipient_for(conn, address), mid)

@@ -1,0 +1,124 @@
+"""Who got what: every recipient of a campaign with its outcome, and re-queueing the failed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+from senddock.delivery.queue import NOTIFY_CHANNEL
+
+JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "cancelled")
+FAILURES = ("bounced", "suppressed", "exhausted", "rejected")
+COLUMNS = (
+    "email",
+    "status",
+    "failure",
+    "attempts",
+    "sent_at",
+    "message_id",
+    "last_code",
+    "last_enhanced",
+    "last_reply",
+)
+
+# One row per job, in enqueue order; a filter by job status or by failure reason.
+RECIPIENTS = """
+SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
+       j.last_code, j.last_enhanced, j.last_reply
+FROM broadcast_jobs j
+WHERE j.broadcast_id = %(b)s
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
+ORDER BY j.id
+"""
+
+LOCK = """
+SELECT c.status, c.broadcast_id, b.status AS broadcast_status
+FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id
+WHERE c.id = %s FOR UPDATE OF c
+"""
+# Locks the broadcast row and marks that its jobs moved back from a final state.
+BUMP = "UPDATE broadcasts SET generation = generation + 1 WHERE id = %s"
+# The failed jobs whose address is not suppressed (now) go back to the queue with a fresh
+# retry budget; their Message-ID stays (invariant 9). Jobs of suppressed addresses stay failed.
+REQUEUE = """
+UPDATE broadcast_jobs j
+SET status = 'pending', failure = NULL, attempts = 0, sender_faults = 0, owner = NULL,
+    run_at = now(), updated_at = now()
+WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
+  AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email))
+"""
+# A finished broadcast with work again is running again, and its campaign is sending.
+REOPEN = """
+WITH b AS (
+    UPDATE broadcasts b SET status = 'running', finished_at = NULL
+    WHERE b.id = %(b)s AND b.status = 'finished'
+      AND EXISTS (SELECT 1 FROM broadcast_jobs j
+                  WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
+    RETURNING b.campaign_id
+)
+UPDATE campaigns c SET status = 'sending', updated_at = now()
+FROM b WHERE c.id = b.campaign_id AND c.status = 'sent'
+"""
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+
+def _broadcast_of(conn: Conn, campaign_id: int) -> int:
+    row = conn.execute(
+        "SELECT broadcast_id FROM campaigns WHERE id = %s", (campaign_id,)
+    ).fetchone()
+    if row is None:
+        raise UnknownCampaign(f"no campaign with id {campaign_id}")
+    if row["broadcast_id"] is None:
+        raise CampaignError(f"campaign {campaign_id} has not been sent: it has no recipients yet")
+    return int(row["broadcast_id"])
+
+
+def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every recipient of the campaign with its outcome, streamed (a server-side cursor).
+
+    `status` is a job status (sent, failed, …) or a failure reason (bounced, exhausted, …).
+    """
+    if status is not None and status not in JOB_STATUSES + FAILURES:
+        choices = ", ".join(JOB_STATUSES + FAILURES)
+        raise CampaignError(f"status must be one of {choices}; got {status!r}")
+    bid = _broadcast_of(conn, campaign_id)
+    params = {
+        "b": bid,
+        "status": status if status in JOB_STATUSES else None,
+        "failure": status if status in FAILURES else None,
+    }
+    with conn.transaction(), conn.cursor(name="senddock_recipients") as cur:
+        cur.itersize = 2000
+        cur.execute(RECIPIENTS, params)
+        yield from cur
+
+
+def retry_failed(conn: Conn, campaign_id: int) -> int:
+    """Re-queue the failed, non-suppressed recipients of a campaign; how many.
+
+    A finished broadcast runs again and its campaign goes back to `sending` in the same
+    transaction as the jobs, so workers claim them at once and the counts stay exact. A paused
+    campaign stays paused: the jobs wait for `campaign resume`.
+    """
+    with conn.transaction():
+        c = conn.execute(LOCK, (campaign_id,)).fetchone()
+        if c is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if c["broadcast_id"] is None:
+            raise CampaignError(f"campaign {campaign_id} has not been sent yet")
+        if c["status"] == "cancelled":
+            raise CampaignError(f"campaign {campaign_id} is cancelled")
+        bid = int(c["broadcast_id"])
+        conn.execute(BUMP, (bid,))
+        n = conn.execute(REQUEUE, {"b": bid}).rowcount
+        if n:
+            conn.execute(REOPEN, {"b": bid})
+            conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+    # A FINISH that read the queue before this commit cannot finish the broadcast afterwards:
+    # it checks the generation bumped above (see queue.FINISH).
+    return n

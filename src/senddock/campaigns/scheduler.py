@@ -1,0 +1,70 @@
+"""The scheduler: enqueue every draft campaign whose send_at has come.
+
+Safe with any number of schedulers on any number of hosts: each due campaign is locked with
+SKIP LOCKED and enqueued in the same transaction, which ends its `draft` status, so exactly
+one scheduler enqueues it (and Broadcast() is idempotent besides).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from senddock.campaigns.broadcast import NothingToSend, broadcast
+from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+from senddock.db import connect
+
+log = logging.getLogger("senddock.scheduler")
+
+DUE = """
+SELECT id FROM campaigns
+WHERE status = 'draft' AND send_at IS NOT NULL AND send_at <= now()
+ORDER BY send_at LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+GAVE_UP = "UPDATE campaigns SET send_at = NULL, schedule_error = %s WHERE id = %s"
+SCHEDULE = """
+UPDATE campaigns SET send_at = %(at)s, schedule_error = NULL, updated_at = now()
+WHERE id = %(id)s
+"""
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+
+def schedule(conn: Conn, campaign_id: int, at: datetime | None) -> None:
+    """Send a draft campaign at `at` (None: unschedule). `at` must carry a time zone."""
+    if at is not None and at.tzinfo is None:
+        raise CampaignError("the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)")
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT status FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if row["status"] != "draft":
+            raise CampaignError(f"campaign {campaign_id} is {row['status']}: only drafts wait")
+        conn.execute(SCHEDULE, {"at": at, "id": campaign_id})
+
+
+def run_due(conn: Conn, limit: int = 20) -> list[int]:
+    """Enqueue the due campaigns this scheduler could lock; their ids."""
+    done: list[int] = []
+    with conn.transaction():
+        for row in conn.execute(DUE, (limit,)).fetchall():
+            cid = int(row["id"])
+            try:
+                broadcast(conn, cid)  # a savepoint inside our transaction; the lock is ours
+                done.append(cid)
+            except NothingToSend as exc:
+                log.warning("scheduled campaign %s not sent: %s", cid, exc)
+                conn.execute(GAVE_UP, (str(exc), cid))
+    return done
+
+
+def tick(url: str) -> list[int]:
+    """One scheduler pass on a connection of its own (for a worker or `serve` loop)."""
+    with connect(url) as conn:
+        return run_due(conn)

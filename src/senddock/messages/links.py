@@ -1,0 +1,77 @@
+"""Signed per-recipient links (unsubscribe), built with HMAC-SHA256. No database here.
+
+A token is `<ids>.<mac>`: the ids in the clear (subscriber, campaign) and 128 bits of
+HMAC-SHA256 over a purpose and the ids. Without the key nobody can make one for another
+subscriber, and changing any character of it makes it invalid.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+UNSUBSCRIBE = "unsubscribe"
+_TOKEN = re.compile(r"^(\d{1,19}(?:\.\d{1,19})*)\.([A-Za-z0-9_-]{22})$")
+
+
+class LinkSettings(BaseSettings):
+    """Where links point and what signs them (SENDDOCK_PUBLIC_URL, SENDDOCK_SECRET_KEY, …)."""
+
+    model_config = SettingsConfigDict(env_prefix="SENDDOCK_", extra="ignore")
+
+    # The base URL of every link in messages; `senddock serve` answers there.
+    public_url: str = "http://127.0.0.1:8025"
+    # Overrides the key made by `senddock migrate` (app_secrets.link_key) when set.
+    secret_key: str | None = None
+    # Where the mailto: unsubscribe goes; the campaign's From address when unset.
+    unsubscribe_mailto: str | None = None
+
+
+def _mac(key: bytes, purpose: str, ids: str) -> str:
+    digest = hmac.new(key, f"{purpose}:{ids}".encode(), hashlib.sha256).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def sign(key: bytes, purpose: str, *ids: int) -> str:
+    """A token for `purpose` that carries `ids`."""
+    text = ".".join(str(int(i)) for i in ids)
+    return f"{text}.{_mac(key, purpose, text)}"
+
+
+def verify(key: bytes, purpose: str, token: str) -> tuple[int, ...] | None:
+    """The ids a token carries if it was made with `key` for `purpose`; None if not."""
+    m = _TOKEN.match(token)
+    if m is None:
+        return None
+    ids, mac = m.groups()
+    if not hmac.compare_digest(mac, _mac(key, purpose, ids)):
+        return None
+    return tuple(int(i) for i in ids.split("."))
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links of one campaign's messages: base URL, signing key, mailto address."""
+
+    base_url: str
+    key: bytes
+    campaign_id: int
+    mailto: str
+
+    def token(self, subscriber_id: int) -> str:
+        return sign(self.key, UNSUBSCRIBE, subscriber_id, self.campaign_id)
+
+    def unsubscribe_url(self, subscriber_id: int) -> str:
+        return f"{self.base_url.rstrip('/')}/unsubscribe/{self.token(subscriber_id)}"
+
+    def list_unsubscribe(self, subscriber_id: int) -> str:
+        """The List-Unsubscribe value, folded: the https URL first, then the mailto (RFC 2369)."""
+        subject = quote(f"unsubscribe {self.token(subscriber_id)}")
+        url = self.unsubscribe_url(subscriber_id)
+        return f"<{url}>,\r\n <mailto:{self.mailto}?subject={subject}>"

@@ -1,0 +1,234 @@
+"""Helpers for the crash and liveness tests: worker processes, an audit of hand-backs, tallies.
+
+The audit is a trigger on `broadcast_jobs` (an observer only): a `sending` row that loses its
+owner with its attempt kept was rescued; with its attempt given back it was released.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from senddock.delivery.rescuer import LOCK_CLASS
+from senddock.testing import Catcher
+from support import Conn, start_worker, wait_until
+
+Row = dict[str, Any]
+
+
+class Proc:
+    """One `senddock worker` subprocess and its log file."""
+
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], log: Path, appname: str) -> None:
+        self.name = name
+        self.popen = popen
+        self.log = log
+        self.appname = appname  # its database sessions' application_name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies wherever it is, with no chance to clean up."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.popen.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the exit code."""
+        self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Fleet:
+    """The worker processes a test started; whatever is left alive is killed by close()."""
+
+    def __init__(self, logs: Path, concurrency: int) -> None:
+        self.dir = logs
+        self.concurrency = concurrency
+        self.procs: list[Proc] = []
+
+    def start(self, env: dict[str, str], name: str = "worker") -> Proc:
+        log = self.dir / f"{len(self.procs):02d}-{name}.log"
+        appname = f"senddock-test-{len(self.procs)}-{name}"[:63]
+        env = {**env, "PGAPPNAME": appname}
+        proc = Proc(name, start_worker(env, self.concurrency, log), log, appname)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.alive():
+                proc.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.log.name} (pid {p.pid})\n{p.text()}" for p in self.procs)
+
+
+def fleet_for(request: pytest.FixtureRequest, logs: Path, concurrency: int) -> Iterator[Fleet]:
+    """The body of a `fleet` fixture: kill leftovers at teardown, print the logs on failure."""
+    failed_before = request.session.testsfailed
+    fleet = Fleet(logs, concurrency)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        if request.session.testsfailed > failed_before:
+            print(fleet.logs())
+
+
+class Handbacks:
+    """Every rescue and release of a `sending` job, recorded by a trigger while installed."""
+
+    INSTALL = """
+    DROP TRIGGER IF EXISTS test_note_handback ON broadcast_jobs;
+    DROP TABLE IF EXISTS test_handbacks;
+    CREATE TABLE test_handbacks (
+        job_id   bigint NOT NULL,
+        owner    bigint,
+        attempts integer NOT NULL,
+        kind     text NOT NULL,
+        reply    text,
+        at       timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE OR REPLACE FUNCTION test_note_handback() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO test_handbacks (job_id, owner, attempts, kind, reply)
+        VALUES (OLD.id, OLD.owner, OLD.attempts,
+                CASE WHEN NEW.attempts = OLD.attempts THEN 'rescue' ELSE 'release' END,
+                NEW.last_reply);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER test_note_handback AFTER UPDATE ON broadcast_jobs FOR EACH ROW
+        WHEN (OLD.status = 'sending' AND NEW.status <> 'sending' AND NEW.owner IS NULL)
+        EXECUTE FUNCTION test_note_handback();
+    """
+    REMOVE = """
+    DROP TRIGGER IF EXISTS test_note_handback ON broadcast_jobs;
+    DROP FUNCTION IF EXISTS test_note_handback();
+    DROP TABLE IF EXISTS test_handbacks;
+    """
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        conn.execute(self.INSTALL)
+
+    def remove(self) -> None:
+        self.conn.execute(self.REMOVE)
+
+    def all(self) -> list[Row]:
+        return self.conn.execute("SELECT * FROM test_handbacks ORDER BY at").fetchall()
+
+    def rescues(self) -> list[Row]:
+        return [h for h in self.all() if h["kind"] == "rescue"]
+
+    def releases(self) -> list[Row]:
+        return [h for h in self.all() if h["kind"] == "release"]
+
+    @classmethod
+    def installed(cls, conn: Conn) -> Iterator[Handbacks]:
+        """The body of a `handbacks` fixture: the trigger lives for one test."""
+        audit = cls(conn)
+        try:
+            yield audit
+        finally:
+            audit.remove()
+
+
+def worker_id(conn: Conn, proc: Proc) -> int:
+    """The id under which `proc` registered (waits for it to register)."""
+    found: list[int] = []
+
+    def registered() -> bool:
+        row = conn.execute("SELECT id FROM workers WHERE pid = %s", (proc.pid,)).fetchone()
+        if row is not None:
+            found.append(int(row["id"]))
+        return bool(found) or not proc.alive()
+
+    assert wait_until(registered, 30) and found, f"{proc.name} never registered:\n{proc.text()}"
+    return found[0]
+
+
+def held_by(conn: Conn, owner: int) -> set[int]:
+    """Ids of the jobs in `sending` owned by `owner`."""
+    rows = conn.execute(
+        "SELECT id FROM broadcast_jobs WHERE status = 'sending' AND owner = %s", (owner,)
+    ).fetchall()
+    return {int(r["id"]) for r in rows}
+
+
+def sent_by(conn: Conn, owner: int) -> int:
+    """How many jobs `owner` recorded as sent (an outcome keeps the owner on the row)."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs WHERE status = 'sent' AND owner = %s", (owner,)
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def campaign_done(conn: Conn, cid: int) -> bool:
+    """The campaign row says `sent` (set by a worker, not by this read)."""
+    row = conn.execute("SELECT status FROM campaigns WHERE id = %s", (cid,)).fetchone()
+    return row is not None and row["status"] == "sent"
+
+
+def sessions_gone(conn: Conn, proc: Proc) -> bool:
+    """Postgres has closed every session of `proc`: whatever it had sent has been processed."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s",
+        (proc.appname,),
+    ).fetchone()
+    assert row is not None
+    return int(row["n"]) == 0
+
+
+def held_at_death(conn: Conn, proc: Proc, wid: int, audit: Handbacks) -> set[int]:
+    """The jobs a killed worker held: once its sessions are gone (so a commit it had already
+    sent cannot land later), those still `sending` under its id plus those already rescued."""
+    assert wait_until(lambda: sessions_gone(conn, proc), 30), f"{proc.name} sessions linger"
+    held = held_by(conn, wid)  # read before the audit, so a rescue in between is in the audit
+    return held | {int(h["job_id"]) for h in audit.rescues() if h["owner"] == wid}
+
+
+def lock_free(conn: Conn, wid: int) -> bool:
+    """The worker's advisory liveness lock is no longer held by anyone."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+        " AND objid = %s AND objsubid = 2 AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (LOCK_CLASS, wid),
+    ).fetchone()
+    assert row is not None
+    return int(row["n"]) == 0
+
+
+def extra_copies(catcher: Catcher, rows: dict[str, Row]) -> dict[str, int]:
+    """Check what the server received: every job's recipient got its message, every copy
+    carries the job's Message-ID, nobody else got anything. Recipients -> extra copies."""
+    mids: dict[str, list[str | None]] = defaultdict(list)
+    for r in catcher.received():
+        mids[r.rcpt.lower()].append(r.message_id)
+    undelivered = sorted(set(rows) - set(mids))
+    assert not undelivered, f"{len(undelivered)} never delivered, e.g. {undelivered[:5]}"
+    strangers = sorted(set(mids) - set(rows))
+    assert not strangers, f"messages to addresses with no job: {strangers[:5]}"
+    for rcpt, got in mids.items():
+        assert set(got) == {rows[rcpt]["message_id"]}, f"{rcpt} got Message-IDs {got}"
+    return {rcpt: len(got) - 1 for rcpt, got in mids.items() if len(got) > 1}
+
+
+def addresses(n: int, prefix: str = "user") -> list[str]:
+    return [f"{prefix}{i}@example.com" for i in range(n)]
