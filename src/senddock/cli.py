@@ -89,6 +89,19 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
         conn.close()
 
 
+def current_database(s: Settings) -> str:
+    """The database URL, once the database is reachable and its schema current; else Fail."""
+    try:
+        url = database_url(s)
+        with connect(url) as conn:
+            check_current(conn)
+    except psycopg.OperationalError as exc:
+        raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except MigrationError as exc:
+        raise Fail(str(exc)) from exc
+    return url
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -281,14 +294,7 @@ def worker_cmd(concurrency: int) -> None:
     from senddock.delivery.worker import run_worker
 
     s = settings()
-    try:
-        url = database_url(s)
-        with connect(url) as conn:
-            check_current(conn)
-    except psycopg.OperationalError as exc:
-        raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
-    except MigrationError as exc:
-        raise Fail(str(exc)) from exc
+    url = current_database(s)
     sys.exit(run_worker(s, url, concurrency))
 
 
@@ -674,14 +680,7 @@ def serve_cmd(host: str, port: int, schedule_every: float) -> None:
 
     s = settings()
     links = _link_settings()
-    try:
-        url = database_url(s)
-        with connect(url) as conn:
-            check_current(conn)
-    except psycopg.OperationalError as exc:
-        raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
-    except MigrationError as exc:
-        raise Fail(str(exc)) from exc
+    url = current_database(s)
     app = create_app(url, links, schedule_every=schedule_every)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

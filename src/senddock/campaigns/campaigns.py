@@ -157,11 +157,7 @@ def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run
     else:
         frm, to, cfrm, cto = "running", "paused", "sending", "paused"
     with conn.transaction():
-        c = conn.execute(
-            "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
-        ).fetchone()
-        if c is None:
-            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        c = _lock(conn, campaign_id)
         if c["status"] != cfrm:
             verb = "resume" if run else "pause"
             raise CampaignError(f"cannot {verb} campaign {campaign_id}: it is {c['status']}")
@@ -186,6 +182,16 @@ def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run
             conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
 
 
+def _lock(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
+    """The campaign's status and broadcast, row-locked for this transaction."""
+    c = conn.execute(
+        "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
+    ).fetchone()
+    if c is None:
+        raise UnknownCampaign(f"no campaign with id {campaign_id}")
+    return c
+
+
 CANCEL_JOBS = """
 UPDATE broadcast_jobs SET status = 'cancelled', updated_at = now()
 WHERE broadcast_id = %s AND status IN ('pending', 'retry')
@@ -195,11 +201,7 @@ WHERE broadcast_id = %s AND status IN ('pending', 'retry')
 def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
     """Cancel every job not yet sent; messages in flight finish. The number cancelled."""
     with conn.transaction():
-        c = conn.execute(
-            "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
-        ).fetchone()
-        if c is None:
-            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        c = _lock(conn, campaign_id)
         if c["status"] in ("sent", "cancelled"):
             raise CampaignError(f"cannot cancel campaign {campaign_id}: it is {c['status']}")
         conn.execute(
