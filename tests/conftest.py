@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -82,38 +79,3 @@ def catcher() -> Iterator[Catcher]:
     """aiosmtpd in this process, with per-recipient faults by address convention."""
     with Catcher() as c:
         yield c
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def smtp_sink() -> Iterator[str]:
-    """Postfix's smtp-sink as an outside server; its SMTP URL."""
-    exe = shutil.which("smtp-sink") or (
-        "/usr/sbin/smtp-sink" if os.path.exists("/usr/sbin/smtp-sink") else None
-    )
-    if exe is None:
-        if os.environ.get("SENDDOCK_REQUIRE_SMTP_SINK"):
-            pytest.fail("smtp-sink is required (SENDDOCK_REQUIRE_SMTP_SINK) but not installed")
-        pytest.skip("Postfix's smtp-sink is not installed (.ci/run installs it)")
-    port = _free_port()
-    cmd = [exe, "-c", f"127.0.0.1:{port}", "1000"]
-    if os.geteuid() == 0:
-        cmd[1:1] = ["-u", "nobody"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    try:
-        yield f"smtp://127.0.0.1:{port}?tls=none"
-    finally:
-        proc.terminate()
-        proc.wait(10)
