@@ -53,6 +53,22 @@ def run_to_end(db_url: str, catcher: Catcher, conn: Conn, bid: int, n: int) -> N
         assert wait_until(lambda: unfinished(conn, bid) == 0)
 
 
+def deliver_to_ada(db_url: str, conn: Conn, catcher: Catcher, **campaign: Any) -> EmailMessage:
+    """Send one campaign (defaults below, overridden by `campaign`) to ada@example.com through
+    a real worker; the message the server received."""
+    seed_list(conn, "news", ["ada@example.com"])
+    fields: dict[str, Any] = {
+        "name": "c",
+        "list_name": "news",
+        "subject": "s",
+        "from_addr": "news@example.org",
+        "text_body": "x\n",
+    }
+    bid, _, _ = broadcast(conn, create_campaign(conn, **(fields | campaign)))
+    run_to_end(db_url, catcher, conn, bid, 1)
+    return parse(catcher.received()[0].data)
+
+
 def unsubscribe_links(msg: EmailMessage) -> tuple[str, str]:
     """(https URL, mailto URI) of the List-Unsubscribe header."""
     value = str(msg["List-Unsubscribe"])
@@ -128,22 +144,22 @@ def test_every_message_has_date_from_reply_to_and_one_click_unsubscribe_headers(
 def test_the_unsubscribe_link_names_its_subscriber_and_campaign_under_the_stored_key(
     db_url: str, conn: Conn, catcher: Catcher
 ) -> None:
-    seed_list(conn, "news", ["ada@example.com"])
-    cid = create_campaign(
-        conn,
-        name="c",
-        list_name="news",
-        subject="s",
-        from_addr="news@example.org",
-        text_body="{{ unsubscribe_url }}\n",
+    https, _ = unsubscribe_links(
+        deliver_to_ada(
+            db_url,
+            conn,
+            catcher,
+            text_body="{{ unsubscribe_url }}\n",
+        )
     )
-    bid, _, _ = broadcast(conn, cid)
-    run_to_end(db_url, catcher, conn, bid, 1)
-    https, _ = unsubscribe_links(parse(catcher.received()[0].data))
     token = https.rsplit("/", 1)[1]
-    sid = jobs(conn, bid)["ada@example.com"]["subscriber_id"]
+    job = conn.execute(
+        "SELECT j.subscriber_id AS sid, c.id AS cid FROM broadcast_jobs j"
+        " JOIN campaigns c ON c.broadcast_id = j.broadcast_id"
+    ).fetchone()
+    assert job is not None
     key = link_key(conn, LinkSettings())
-    assert verify(key, UNSUBSCRIBE, token) == (sid, cid)
+    assert verify(key, UNSUBSCRIBE, token) == (job["sid"], job["cid"])
 
 
 def test_secret_key_from_the_environment_overrides_the_stored_one(
@@ -151,18 +167,13 @@ def test_secret_key_from_the_environment_overrides_the_stored_one(
 ) -> None:
     monkeypatch.setenv("SENDDOCK_SECRET_KEY", "a key the self-hoster chose")
     monkeypatch.setenv("SENDDOCK_UNSUBSCRIBE_MAILTO", "leave@example.org")
-    seed_list(conn, "news", ["ada@example.com"])
-    cid = create_campaign(
-        conn,
-        name="c",
-        list_name="news",
-        subject="s",
-        from_addr="news@example.org",
-        text_body="x\n",
+    https, mailto = unsubscribe_links(
+        deliver_to_ada(
+            db_url,
+            conn,
+            catcher,
+        )
     )
-    bid, _, _ = broadcast(conn, cid)
-    run_to_end(db_url, catcher, conn, bid, 1)
-    https, mailto = unsubscribe_links(parse(catcher.received()[0].data))
     token = https.rsplit("/", 1)[1]
     assert verify(b"a key the self-hoster chose", UNSUBSCRIBE, token) is not None
     stored = link_key(conn, LinkSettings(secret_key=None))
@@ -173,22 +184,16 @@ def test_secret_key_from_the_environment_overrides_the_stored_one(
 def test_without_a_text_body_the_text_part_is_derived_from_the_html(
     db_url: str, conn: Conn, catcher: Catcher
 ) -> None:
-    seed_list(conn, "news", ["ada@example.com"])
-    cid = create_campaign(
+    msg = deliver_to_ada(
+        db_url,
         conn,
-        name="c",
-        list_name="news",
-        subject="s",
-        from_addr="news@example.org",
+        catcher,
         text_body=None,
         html_body="<html><head><style>p { color: red }</style></head><body>"
         "<h1>June &amp; July</h1><p>Hi {{ subscriber.name }},<br>see "
         '<a href="https://example.org/x?a=1&amp;b=2">the notes</a>.</p>'
         "<ul><li>one</li><li>two &lt;3</li></ul></body></html>",
     )
-    bid, _, _ = broadcast(conn, cid)
-    run_to_end(db_url, catcher, conn, bid, 1)
-    msg = parse(catcher.received()[0].data)
     assert msg.get_content_type() == "multipart/alternative"
     text = bodies(msg)["text/plain"]
     assert text.splitlines() == [
@@ -206,18 +211,14 @@ def test_without_a_text_body_the_text_part_is_derived_from_the_html(
 def test_a_text_only_campaign_is_one_text_plain_part(
     db_url: str, conn: Conn, catcher: Catcher
 ) -> None:
-    seed_list(conn, "news", ["ada@example.com"])
-    cid = create_campaign(
+    msg = deliver_to_ada(
+        db_url,
         conn,
-        name="c",
-        list_name="news",
+        catcher,
         subject="Ünïcode subject for {{ subscriber.name }}",
         from_addr="news@example.org",
         text_body="Grüße, {{ subscriber.name }}!\n",
     )
-    bid, _, _ = broadcast(conn, cid)
-    run_to_end(db_url, catcher, conn, bid, 1)
-    msg = parse(catcher.received()[0].data)
     assert msg.get_content_type() == "text/plain"
     assert msg["Subject"] == "Ünïcode subject for Name 1"
     assert bodies(msg) == {"text/plain": "Grüße, Name 1!\n"}
