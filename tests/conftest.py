@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from crash_support import Fleet, Handbacks, fleet_for
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.testing import Catcher
@@ -79,3 +80,15 @@ def catcher() -> Iterator[Catcher]:
     """aiosmtpd in this process, with per-recipient faults by address convention."""
     with Catcher() as c:
         yield c
+
+
+@pytest.fixture
+def fleet(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterator[Fleet]:
+    """Worker processes (5 senders each) with their logs in tmp_path, printed if a test failed."""
+    yield from fleet_for(request, tmp_path, 5)
+
+
+@pytest.fixture
+def handbacks(conn: Conn) -> Iterator[Handbacks]:
+    """Record every job given back (rescued or released) while the test runs."""
+    yield from Handbacks.installed(conn)

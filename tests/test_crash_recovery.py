@@ -17,8 +17,6 @@ import secrets
 import signal
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -30,7 +28,6 @@ from crash_support import (
     addresses,
     campaign_done,
     extra_copies,
-    fleet_for,
     held_at_death,
     held_by,
     lock_free,
@@ -53,17 +50,6 @@ def with_db(url: str, name: str) -> str:
 
 
 # -- fixtures ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fleet(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterator[Fleet]:
-    """Worker processes with their logs in tmp_path; the logs are printed if the test failed."""
-    yield from fleet_for(request, tmp_path, CONCURRENCY)
-
-
-@pytest.fixture
-def handbacks(conn: Conn) -> Iterator[Handbacks]:
-    yield from Handbacks.installed(conn)
 
 
 # -- SIGKILL mid-send ----------------------------------------------------------------------

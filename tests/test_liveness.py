@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +20,6 @@ from crash_support import (
     addresses,
     campaign_done,
     extra_copies,
-    fleet_for,
     held_at_death,
     worker_id,
 )
@@ -36,17 +33,6 @@ HEARTBEAT = 0.5
 LIVENESS = {"lease_seconds": LEASE, "heartbeat_interval": HEARTBEAT}
 LIVENESS_ENV = {"SENDDOCK_LEASE_SECONDS": str(LEASE), "SENDDOCK_HEARTBEAT_INTERVAL": str(HEARTBEAT)}
 LOST_CLAIM = ("declared dead", "was lost before its outcome")
-
-
-@pytest.fixture
-def fleet(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterator[Fleet]:
-    """Worker processes with their logs in tmp_path; the logs are printed if the test failed."""
-    yield from fleet_for(request, tmp_path, CONCURRENCY)
-
-
-@pytest.fixture
-def handbacks(conn: Conn) -> Iterator[Handbacks]:
-    yield from Handbacks.installed(conn)
 
 
 def test_a_live_worker_stalled_past_its_lease_keeps_its_job(

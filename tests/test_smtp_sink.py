@@ -23,7 +23,6 @@ from crash_support import (
     Fleet,
     addresses,
     campaign_done,
-    fleet_for,
     held_by,
     sessions_gone,
     worker_id,
@@ -94,12 +93,6 @@ def dumping_sink() -> Iterator[DumpingSink]:
     finally:
         sink.stop()
         shutil.rmtree(dump, ignore_errors=True)
-
-
-@pytest.fixture
-def fleet(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterator[Fleet]:
-    """Worker processes with their logs in tmp_path; the logs are printed if the test failed."""
-    yield from fleet_for(request, tmp_path, CONCURRENCY)
 
 
 def test_smtp_sink_receives_every_recipient_once_with_its_own_message_id(
