@@ -11,7 +11,6 @@ import logging
 import os
 import subprocess
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +84,3 @@ def pg_ctl(pgdata: Path, command: str, *args: str) -> None:
         user=user,
         timeout=60,
     )
-
-
-@contextlib.contextmanager
-def embedded(pgdata: Path, *, delete: bool = False) -> Iterator[EmbeddedPostgres]:
-    """Run an embedded server for the length of a `with` block, stopping it even on Ctrl-C."""
-    server = EmbeddedPostgres(pgdata, delete=delete)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()

@@ -173,12 +173,6 @@ UPDATE campaigns c SET status = 'paused', updated_at = now() FROM b WHERE c.id =
 """
 NOTE_SENDER_FAULT = "UPDATE broadcasts SET last_sender_fault = %(reason)s WHERE id = %(id)s"
 
-# Job ids and the campaign they belong to, to compile each broadcast's message once.
-CAMPAIGN_OF = """
-SELECT c.subject, c.from_addr, c.text_body, c.html_body
-FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
-"""
-
 
 async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
     """Claim up to n due jobs for `owner` and commit the claim."""
@@ -282,8 +276,3 @@ async def pause_for_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str
 
 async def note_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str) -> None:
     await conn.execute(NOTE_SENDER_FAULT, {"id": broadcast_id, "reason": reason})
-
-
-async def campaign_of(conn: AsyncConn, broadcast_id: int) -> dict[str, Any] | None:
-    cur = await conn.execute(CAMPAIGN_OF, {"id": broadcast_id})
-    return await cur.fetchone()
