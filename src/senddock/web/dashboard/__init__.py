@@ -1,0 +1,21 @@
+"""The dashboard: server-rendered pages, live numbers over Server-Sent Events, no JS build.
+
+`router` is what create_app includes; every route but /login needs a dashboard session.
+"""
+
+from fastapi import APIRouter
+
+from senddock.web.dashboard import audience_pages, campaign_pages, live, login, workers_page
+
+router = APIRouter(include_in_schema=False)
+for part in (
+    login.public,
+    login.private,
+    campaign_pages.router,
+    audience_pages.router,
+    live.router,
+    workers_page.router,
+):
+    router.include_router(part)
+
+__all__ = ["router"]

@@ -1,0 +1,140 @@
+"""Audience pages: subscribers (search, paginate), lists with the CSV import form, an import's
+progress, and the suppression list (add, remove). Changes go through audience.* and imports."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Query, UploadFile
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from senddock.audience import suppressions
+from senddock.audience.addresses import InvalidAddress
+from senddock.audience.lists import all_lists
+from senddock.web import imports
+from senddock.web.dashboard import queries
+from senddock.web.dashboard.gate import LoggedIn
+from senddock.web.dashboard.views import Page, db, flash, like, not_found, redirect, render
+
+router = APIRouter(include_in_schema=False, route_class=LoggedIn)
+
+
+@router.get("/subscribers")
+def subscriber_list(
+    request: Request,
+    q: str = "",
+    list_name: Annotated[str, Query(alias="list")] = "",
+    page: str = "1",
+) -> Response:
+    at = Page.of(page)
+    with db(request) as conn:
+        rows = queries.subscribers_page(conn, like(q), list_name or None, at.limit, at.offset)
+        lists = all_lists(conn)
+    return render(
+        request,
+        "subscribers.html",
+        title="Subscribers",
+        subscribers=rows[: at.size],
+        lists=lists,
+        q=q,
+        list_name=list_name,
+        page=at.number,
+        more=len(rows) > at.size,
+    )
+
+
+def _lists(request: Request) -> list[dict[str, Any]]:
+    with db(request) as conn:
+        return all_lists(conn)
+
+
+@router.get("/lists")
+def list_page(request: Request) -> Response:
+    return render(request, "lists.html", title="Lists", lists=_lists(request), error="")
+
+
+def _save(upload: UploadFile) -> Path:
+    """The upload, copied to a file of its own for the import thread to read."""
+    with tempfile.NamedTemporaryFile(prefix="senddock-import-", suffix=".csv", delete=False) as out:
+        shutil.copyfileobj(upload.file, out, 1 << 20)
+        return Path(out.name)
+
+
+@router.post("/lists/import")
+async def start_import(
+    request: Request,
+    list_name: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+) -> Response:
+    name = list_name.strip()
+    error = ""
+    if not name:
+        error = "Name the list to import into (a new name creates the list)."
+    elif file is None or not file.filename:
+        error = "Choose a CSV file to import."
+    if error or file is None:
+        lists = await run_in_threadpool(_lists, request)
+        return render(request, "lists.html", 422, title="Lists", lists=lists, error=error)
+    path = await run_in_threadpool(_save, file)
+    job = await run_in_threadpool(imports.start_import, request.app.state, name, path)
+    return redirect(f"/imports/{job}")
+
+
+@router.get("/imports/{job_id}")
+def import_page(request: Request, job_id: int) -> Response:
+    with db(request) as conn:
+        job = imports.get_import(conn, job_id)
+    if job is None:
+        return not_found(request, f"There is no import {job_id}.")
+    return render(request, "import.html", title=f"Import into {job['list_name']}", job=job)
+
+
+@router.get("/suppressions")
+def suppression_list(request: Request, q: str = "", reason: str = "", page: str = "1") -> Response:
+    at = Page.of(page)
+    shown = reason if reason in suppressions.REASONS else ""
+    with db(request) as conn:
+        rows = queries.suppressions_page(conn, like(q), shown or None, at.limit, at.offset)
+    return render(
+        request,
+        "suppressions.html",
+        title="Suppression list",
+        rows=rows[: at.size],
+        reasons=suppressions.REASONS,
+        reason=shown,
+        q=q,
+        page=at.number,
+        more=len(rows) > at.size,
+    )
+
+
+@router.post("/suppressions")
+def suppress(
+    request: Request, email: Annotated[str, Form()] = "", detail: Annotated[str, Form()] = ""
+) -> Response:
+    with db(request) as conn:
+        try:
+            added = suppressions.add(conn, email, "manual", detail.strip() or "dashboard")
+        except InvalidAddress as exc:
+            flash(request, str(exc), "error")
+        else:
+            address = email.strip()
+            flash(request, f"{address} suppressed." if added else f"{address} already was.")
+    return redirect("/suppressions")
+
+
+@router.post("/suppressions/remove")
+def unsuppress(request: Request, email: Annotated[str, Form()] = "") -> Response:
+    with db(request) as conn:
+        gone = suppressions.remove(conn, email)
+    address = email.strip()
+    if gone:
+        flash(request, f"{address} may be sent to again.")
+    else:
+        flash(request, f"{address} was not suppressed.", "error")
+    return redirect("/suppressions")

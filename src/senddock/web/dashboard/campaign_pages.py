@@ -1,0 +1,221 @@
+"""Campaign pages: the list, one campaign with its recipients, the new-campaign form, and the
+buttons (send, pause, resume, cancel, retry failed). Every change goes through campaigns.*."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form
+from starlette.requests import Request
+from starlette.responses import Response
+
+from senddock import campaigns
+from senddock.audience.addresses import InvalidAddress
+from senddock.audience.lists import UnknownList, all_lists
+from senddock.campaigns.recipients import FAILURES, JOB_STATUSES
+from senddock.messages import HeaderError, TemplateProblem
+from senddock.web.dashboard import queries
+from senddock.web.dashboard.chart import sent_per_minute_svg
+from senddock.web.dashboard.gate import LoggedIn
+from senddock.web.dashboard.views import Conn, Page, db, flash, like, not_found, redirect, render
+
+router = APIRouter(include_in_schema=False, route_class=LoggedIn)
+
+LIVE = ("sending", "paused")
+FILTERS = JOB_STATUSES + FAILURES
+
+
+@router.get("/")
+def campaign_list(request: Request, page: str = "1") -> Response:
+    at = Page.of(page)
+    with db(request) as conn:
+        rows = queries.campaigns_page(conn, at.limit, at.offset)
+    return render(
+        request,
+        "campaigns.html",
+        title="Campaigns",
+        campaigns=rows[: at.size],
+        page=at.number,
+        more=len(rows) > at.size,
+    )
+
+
+def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, Any]:
+    """Status, exact counts, progress, send rate and (with `chart`) the chart's SVG: what the
+    campaign page shows and what its event stream pushes."""
+    state = campaigns.status(conn, campaign_id)  # UnknownCampaign
+    state = queries.progress(state, state["status"])
+    bid = state["broadcast_id"]
+    state["rate"] = queries.rate(conn, bid) if bid else 0
+    if chart:
+        series = queries.per_minute(conn, bid, state["status"] in LIVE) if bid else []
+        state["chart"] = sent_per_minute_svg(series)
+    return state
+
+
+@router.get("/campaigns/new")
+def new_campaign_form(request: Request) -> Response:
+    with db(request) as conn:
+        lists = all_lists(conn)
+    form = {
+        "name": "",
+        "lists": [],
+        "subject": "",
+        "from_addr": "",
+        "text_body": "",
+        "html_body": "",
+    }
+    return render(
+        request, "campaign_new.html", title="New campaign", lists=lists, form=form, error=""
+    )
+
+
+@router.post("/campaigns")
+def create_campaign(
+    request: Request,
+    name: Annotated[str, Form()] = "",
+    lists: Annotated[list[str] | None, Form()] = None,
+    subject: Annotated[str, Form()] = "",
+    from_addr: Annotated[str, Form()] = "",
+    text_body: Annotated[str, Form()] = "",
+    html_body: Annotated[str, Form()] = "",
+) -> Response:
+    form: dict[str, Any] = {
+        "name": name.strip(),
+        "lists": [n for n in (lists or []) if n],
+        "subject": subject,
+        "from_addr": from_addr.strip(),
+        "text_body": text_body.replace("\r\n", "\n"),
+        "html_body": html_body.replace("\r\n", "\n"),
+    }
+    error = _missing(form)
+    with db(request) as conn:
+        if not error:
+            try:
+                cid = campaigns.create_campaign(
+                    conn,
+                    name=form["name"],
+                    list_name=form["lists"],
+                    subject=form["subject"],
+                    from_addr=form["from_addr"],
+                    text_body=form["text_body"] or None,
+                    html_body=form["html_body"] or None,
+                )
+            except (TemplateProblem, HeaderError, InvalidAddress, UnknownList) as exc:
+                error = str(exc)
+            except campaigns.CampaignError as exc:
+                error = str(exc)
+            else:
+                flash(request, f"Campaign “{form['name']}” saved as a draft. Send it when ready.")
+                return redirect(f"/campaigns/{cid}")
+        lists_ = all_lists(conn)
+    return render(
+        request,
+        "campaign_new.html",
+        422,
+        title="New campaign",
+        lists=lists_,
+        form=form,
+        error=error,
+    )
+
+
+def _missing(form: dict[str, Any]) -> str:
+    """The first required field left empty, as a sentence; '' if none."""
+    for field, label in (("name", "a name"), ("subject", "a subject"), ("from_addr", "a From")):
+        if not form[field].strip():
+            return f"The campaign needs {label}."
+    if not form["lists"]:
+        return "Choose at least one list."
+    if not form["text_body"].strip() and not form["html_body"].strip():
+        return "The campaign needs a text body, an HTML body or both."
+    return ""
+
+
+@router.get("/campaigns/{campaign_id}")
+def campaign_page(
+    request: Request, campaign_id: int, status: str = "", q: str = "", page: str = "1"
+) -> Response:
+    at = Page.of(page)
+    shown = status if status in FILTERS else ""
+    with db(request) as conn:
+        about = queries.campaign(conn, campaign_id)
+        if about is None:
+            return not_found(request, f"There is no campaign {campaign_id}.")
+        state = live_state(conn, campaign_id)
+        rows: list[dict[str, Any]] = []
+        if about["broadcast_id"]:
+            rows = queries.recipients_page(
+                conn, about["broadcast_id"], shown or None, like(q), at.limit, at.offset
+            )
+    return render(
+        request,
+        "campaign.html",
+        title=about["name"],
+        c=about,
+        s=state,
+        recipients=rows[: at.size],
+        filters=FILTERS,
+        status=shown,
+        q=q,
+        page=at.number,
+        more=len(rows) > at.size,
+    )
+
+
+def _act(request: Request, campaign_id: int, action: Callable[[Conn], str]) -> Response:
+    """Run a button's action; its outcome (or why it could not be done) is flashed."""
+    with db(request) as conn:
+        try:
+            flash(request, action(conn))
+        except campaigns.UnknownCampaign:
+            return not_found(request, f"There is no campaign {campaign_id}.")
+        except campaigns.CampaignError as exc:
+            flash(request, str(exc), "error")
+    return redirect(f"/campaigns/{campaign_id}")
+
+
+@router.post("/campaigns/{campaign_id}/send")
+def send(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        _, total, created = campaigns.broadcast(conn, campaign_id)
+        return f"Sending to {total} recipients." if created else "Already sent."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/pause")
+def pause(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        campaigns.pause(conn, campaign_id)
+        return "Paused: no new messages start; those in flight finish."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/resume")
+def resume(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        campaigns.resume(conn, campaign_id)
+        return "Resumed."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/cancel")
+def cancel(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        n = campaigns.cancel(conn, campaign_id)
+        return f"Cancelled: {n} unsent messages will not go; those in flight finish."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/retry-failed")
+def retry_failed(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        n = campaigns.retry_failed(conn, campaign_id)
+        return f"{n} failed recipients queued again." if n else "No failed recipient to retry."
+
+    return _act(request, campaign_id, go)

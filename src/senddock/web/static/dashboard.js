@@ -1,0 +1,107 @@
+// SendDock dashboard: live numbers over Server-Sent Events, and confirm() on risky buttons.
+// Plain JS, no build step. Values go into the page with textContent, never as HTML, except
+// the chart's SVG, which the server draws.
+"use strict";
+
+(function () {
+  function setBar(el, percent) {
+    el.setAttribute("aria-valuenow", String(percent));
+    var inner = el.firstElementChild;
+    if (inner) inner.style.width = percent + "%";
+  }
+
+  // Put data[field] into every [data-field] under scope; show the forms meant for the status.
+  function fill(scope, data) {
+    scope.querySelectorAll("[data-field]").forEach(function (el) {
+      var key = el.getAttribute("data-field");
+      if (!(key in data)) return;
+      var value = data[key];
+      if (el.getAttribute("role") === "progressbar") {
+        setBar(el, value);
+        return;
+      }
+      el.textContent = value === null || value === undefined ? "" : String(value);
+      if (key === "status") el.setAttribute("data-status", String(value));
+      if (el.hasAttribute("data-hide-empty")) el.hidden = !value;
+    });
+    if ("status" in data) {
+      scope.querySelectorAll("[data-when]").forEach(function (el) {
+        var needs = el.getAttribute("data-needs");
+        el.hidden = el.getAttribute("data-when").split(" ").indexOf(data.status) < 0 ||
+          (needs !== null && !data[needs]);
+      });
+    }
+  }
+
+  function cell(text, className) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    return td;
+  }
+
+  var handlers = {
+    campaigns: function (data) {
+      data.campaigns.forEach(function (c) {
+        var row = document.querySelector('[data-campaign="' + c.id + '"]');
+        if (row) fill(row, c);
+      });
+    },
+    campaign: function (data, root) {
+      fill(root, data);
+      var box = root.querySelector("[data-chart]");
+      if (box && data.chart) box.innerHTML = data.chart;
+    },
+    import: function (data, root, source) {
+      fill(root, data);
+      var list = root.querySelector("[data-errors]");
+      if (list && data.errors) {
+        list.replaceChildren.apply(list, data.errors.map(function (e) {
+          var li = document.createElement("li");
+          li.textContent = "line " + e.line + ": " + e.reason;
+          return li;
+        }));
+      }
+      if (data.status === "done" || data.status === "failed") {
+        var bar = root.querySelector("[data-running]");
+        if (bar) setBar(bar, 100);
+        source.close();
+      }
+    },
+    workers: function (data, root) {
+      var body = root.querySelector("[data-workers]");
+      if (!body) return;
+      if (!data.workers.length) return; // keep the "no worker" hint
+      body.replaceChildren.apply(body, data.workers.map(function (w) {
+        var tr = document.createElement("tr");
+        var health = document.createElement("span");
+        health.className = "badge";
+        health.setAttribute("data-status", w.health);
+        health.textContent = w.health;
+        var healthCell = cell("");
+        healthCell.appendChild(health);
+        [
+          cell(w.id), cell(w.host), cell(w.pid, "num"), cell(w.concurrency, "num"),
+          cell(String(w.started_at).slice(0, 16).replace("T", " ")),
+          cell(w.heartbeat_age + " s ago", "num"), healthCell, cell(w.holding, "num"),
+        ].forEach(function (td) { tr.appendChild(td); });
+        return tr;
+      }));
+    },
+  };
+
+  document.querySelectorAll("[data-sse]").forEach(function (root) {
+    var name = root.getAttribute("data-event");
+    var handle = handlers[name];
+    if (!handle || !window.EventSource) return;
+    var source = new EventSource(root.getAttribute("data-sse"));
+    source.addEventListener(name, function (event) {
+      handle(JSON.parse(event.data), root, source);
+    });
+  });
+
+  document.addEventListener("submit", function (event) {
+    var message = event.target.getAttribute("data-confirm");
+    if (message && !window.confirm(message)) event.preventDefault();
+  });
+})();
