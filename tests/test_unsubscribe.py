@@ -54,7 +54,7 @@ def server(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iter
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "senddock", "serve", "--port", str(port)],
+            [sys.executable, "-m", "senddock", "serve", "--port", str(port), "--no-workers"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

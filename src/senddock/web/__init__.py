@@ -1,4 +1,4 @@
-"""HTTP: the pages every message links to (unsubscribe), served by `senddock serve`."""
+"""HTTP served by `senddock serve`: the API, the dashboard, the pages messages link to."""
 
 from senddock.web.app import create_app
 

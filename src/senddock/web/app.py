@@ -1,4 +1,4 @@
-"""The pages every message links to, as a Starlette app.
+"""The app `senddock serve` runs: the pages every message links to, the API, the dashboard.
 
 GET  /unsubscribe/TOKEN  a page naming the address, with a button that POSTs back.
 POST /unsubscribe/TOKEN  unsubscribes at once: what mail providers send on one click
@@ -7,6 +7,9 @@ GET  /confirm/TOKEN      double opt-in: a page with a button that POSTs back.
 POST /confirm/TOKEN      confirms the membership.
 A GET never changes anything (mail scanners follow links). A token whose signature does not
 check is refused with 400 and changes nothing.
+
+/healthz and /readyz need no credentials; /api/v1 and /metrics need an API token (or a
+dashboard session); the dashboard pages need a login.
 """
 
 from __future__ import annotations
@@ -15,24 +18,40 @@ import asyncio
 import contextlib
 import html
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
-from psycopg.rows import dict_row
+import psycopg
+from fastapi import FastAPI
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.staticfiles import StaticFiles
 
 from senddock.audience import optin, suppressions
 from senddock.campaigns import scheduler
 from senddock.campaigns.compose import link_key
+from senddock.config import Settings
+from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
+from senddock.web import api, auth, dashboard, errors, metrics
 
 log = logging.getLogger("senddock.web")
+
+Pool = ConnectionPool[psycopg.Connection[DictRow]]
+STATIC = Path(__file__).resolve().parent / "static"
+SESSION_COOKIE = "senddock_session"
+SESSION_KEY = "SELECT value FROM app_secrets WHERE name = 'session_key'"
+MAKE_SESSION_KEY = """
+INSERT INTO app_secrets (name, value)
+VALUES ('session_key', %s) ON CONFLICT (name) DO NOTHING
+"""
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -55,26 +74,16 @@ INVALID = (
 
 
 class Pages:
-    """The handlers, sharing one connection pool and the link key."""
+    """The unsubscribe and confirm handlers, sharing the app's pool and the link key."""
 
-    def __init__(self, database_url: str, settings: LinkSettings) -> None:
-        self.pool = ConnectionPool(
-            database_url,
-            min_size=1,
-            max_size=4,
-            open=False,
-            kwargs={"autocommit": True, "row_factory": dict_row},
-        )
+    def __init__(self, pool: Pool, settings: LinkSettings) -> None:
+        self.pool = pool
         self.settings = settings
         self.key = b""
 
     def open(self) -> None:
-        self.pool.open(wait=True, timeout=30)
         with self.pool.connection() as conn:
-            self.key = link_key(conn, self.settings)  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        self.pool.close()
+            self.key = link_key(conn, self.settings)
 
     def _ids(self, request: Request, purpose: str = UNSUBSCRIBE) -> tuple[int, int] | None:
         ids = verify(self.key, purpose, str(request.path_params["token"]))
@@ -84,11 +93,11 @@ class Pages:
 
     def _who(self, subscriber: int, campaign: int) -> dict[str, Any] | None:
         with self.pool.connection() as conn:
-            return suppressions.who(conn, subscriber, campaign)  # type: ignore[arg-type]
+            return suppressions.who(conn, subscriber, campaign)
 
     def _unsubscribe(self, subscriber: int, campaign: int, detail: str) -> bool:
         with self.pool.connection() as conn:
-            return suppressions.unsubscribe(conn, subscriber, campaign, detail)  # type: ignore[arg-type]
+            return suppressions.unsubscribe(conn, subscriber, campaign, detail)
 
     async def show(self, request: Request) -> Response:
         ids = self._ids(request)
@@ -118,11 +127,11 @@ class Pages:
 
     def _about(self, subscriber: int, list_id: int) -> dict[str, Any] | None:
         with self.pool.connection() as conn:
-            return optin.about(conn, subscriber, list_id)  # type: ignore[arg-type]
+            return optin.about(conn, subscriber, list_id)
 
     def _confirm(self, subscriber: int, list_id: int) -> bool:
         with self.pool.connection() as conn:
-            return optin.confirm(conn, subscriber, list_id)  # type: ignore[arg-type]
+            return optin.confirm(conn, subscriber, list_id)
 
     async def show_confirm(self, request: Request) -> Response:
         ids = self._ids(request, optin.CONFIRM)
@@ -153,6 +162,7 @@ class Pages:
 
 
 async def health(_: Request) -> Response:
+    """The process is up (no database check: that is /readyz)."""
     return PlainTextResponse("ok\n")
 
 
@@ -168,35 +178,116 @@ async def scheduler_loop(database_url: str, every: float) -> None:
         await asyncio.sleep(every)
 
 
+def session_secret(database_url: str) -> str:
+    """SENDDOCK_SESSION_SECRET, or the key stored in the database (made once, so sessions
+    survive restarts and every `serve` process of one database accepts the same cookies)."""
+    import os
+
+    given = os.environ.get("SENDDOCK_SESSION_SECRET")
+    if given:
+        return given
+    with connect(database_url) as conn:
+        conn.execute(MAKE_SESSION_KEY, (secrets.token_hex(32),))
+        row = conn.execute(SESSION_KEY).fetchone()
+    assert row is not None
+    return str(row["value"])
+
+
+def cookie_secure(links: LinkSettings) -> bool:
+    """Secure cookies when the public URL is https, or SENDDOCK_COOKIE_SECURE=1."""
+    import os
+
+    forced = os.environ.get("SENDDOCK_COOKIE_SECURE", "").strip().lower()
+    return links.public_url.lower().startswith("https://") or forced in ("1", "true", "yes")
+
+
 def create_app(
-    database_url: str, settings: LinkSettings | None = None, schedule_every: float = 0.0
-) -> Starlette:
+    database_url: str,
+    links: LinkSettings | None = None,
+    schedule_every: float = 0.0,
+    *,
+    settings: Settings | None = None,
+    workers: int = 0,
+) -> FastAPI:
     """The app `senddock serve` runs; its pool opens at startup and closes at shutdown.
 
-    With `schedule_every` > 0 it also runs the campaign scheduler on that period.
+    With `schedule_every` > 0 it also runs the campaign scheduler on that period; with
+    `workers` > 0 a delivery Worker with that many senders runs on the same event loop, and
+    shutdown (SIGTERM) lets it finish the messages in flight.
     """
-    pages = Pages(database_url, settings or LinkSettings())
+    links = links or LinkSettings()
+    settings = settings or Settings(database_url=database_url)
+    pool: Pool = ConnectionPool(
+        database_url,
+        connection_class=psycopg.Connection[DictRow],
+        min_size=1,
+        max_size=12,
+        open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+    )
+    pages = Pages(pool, links)
 
     @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(pool.open, True, 30)
         await run_in_threadpool(pages.open)
-        task = None
+        app.state.link_key = pages.key
+        tasks: list[asyncio.Task[Any]] = []
         if schedule_every > 0:
-            task = asyncio.create_task(scheduler_loop(database_url, schedule_every))
+            tasks.append(asyncio.create_task(scheduler_loop(database_url, schedule_every)))
+        worker = None
+        worker_task = None
+        if workers > 0:
+            from senddock.delivery.worker import Worker
+
+            worker = Worker(settings, database_url, workers)
+            worker_task = asyncio.create_task(worker.run())
         try:
             yield
         finally:
-            if task is not None:
+            if worker is not None and worker_task is not None:
+                log.info("stopping the worker: finishing messages in flight")
+                worker.stop()
+                with contextlib.suppress(Exception):
+                    await worker_task
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await run_in_threadpool(pages.close)
+            await run_in_threadpool(pool.close)
 
-    routes = [
-        Route("/unsubscribe/{token}", pages.show, methods=["GET"]),
-        Route("/unsubscribe/{token}", pages.unsubscribe, methods=["POST"]),
-        Route("/confirm/{token}", pages.show_confirm, methods=["GET"]),
-        Route("/confirm/{token}", pages.confirm, methods=["POST"]),
-        Route("/healthz", health, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = FastAPI(
+        title="SendDock",
+        version="1",
+        summary="Self-hosted email broadcasts: subscribers, lists, campaigns and their queue.",
+        lifespan=lifespan,
+    )
+    app.state.pool = pool
+    app.state.database_url = database_url
+    app.state.settings = settings
+    app.state.link_settings = links
+    app.state.link_key = b""
+    app.state.login_limiter = auth.LoginLimiter()
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=session_secret(database_url),
+        session_cookie=SESSION_COOKIE,
+        same_site="lax",
+        https_only=cookie_secure(links),
+    )
+    errors.install(app)
+    app.add_api_route("/unsubscribe/{token}", pages.show, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/unsubscribe/{token}", pages.unsubscribe, methods=["POST"], include_in_schema=False
+    )
+    app.add_api_route(
+        "/confirm/{token}", pages.show_confirm, methods=["GET"], include_in_schema=False
+    )
+    app.add_api_route("/confirm/{token}", pages.confirm, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
+    app.include_router(metrics.router)
+    app.include_router(api.router)
+    app.include_router(dashboard.router)
+    if STATIC.is_dir():
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

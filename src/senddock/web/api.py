@@ -1,0 +1,416 @@
+"""The REST API under /api/v1: thin endpoints over the campaign, audience and delivery services.
+
+Endpoints are sync `def`s (FastAPI runs them in its thread pool) on connections of the app's
+pool. Service errors map to the JSON error shape in web/errors.py.
+"""
+
+from __future__ import annotations
+
+import email
+import email.message
+import email.policy
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi import Path as PathParam
+
+from senddock import campaigns
+from senddock.audience import lists as lists_api
+from senddock.audience import optin, suppressions
+from senddock.audience import subscribers as subscribers_api
+from senddock.audience.addresses import normalize
+from senddock.campaigns import compose
+from senddock.campaigns.trial import send_test
+from senddock.delivery.rescuer import list_workers
+from senddock.web import auth, imports, queries
+from senddock.web import schemas as s
+from senddock.web.errors import RESPONSES, ApiError
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+router = APIRouter(
+    prefix="/api/v1",
+    dependencies=[Depends(auth.require_api_auth)],
+    responses=RESPONSES,
+)
+
+MAX_UPLOAD = 200 * 1024 * 1024
+
+
+def get_conn(request: Request) -> Iterator[Conn]:
+    """A connection of the app's pool (autocommit, dict rows) for this request."""
+    with request.app.state.pool.connection() as conn:
+        yield conn
+
+
+Db = Annotated[Conn, Depends(get_conn)]
+CampaignId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
+PageNo = Annotated[int, Query(ge=1, le=1_000_000)]
+PerPage = Annotated[int, Query(ge=1, le=s.MAX_PER_PAGE)]
+Search = Annotated[
+    str | None, Query(max_length=200, pattern=r"^[^\x00]*$", description="Substring to find")
+]
+
+
+def _status(conn: Conn, campaign_id: int) -> s.CampaignStatus:
+    return s.CampaignStatus(**campaigns.status(conn, campaign_id))
+
+
+def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+    return s.Subscriber(**subscribers_api.show(conn, address))
+
+
+def _ok(reply: Any) -> bool:
+    return bool(reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300)
+
+
+# -- subscribers ----------------------------------------------------------------------------
+
+
+@router.get("/subscribers", tags=["subscribers"], response_model=s.SubscriberPage)
+def list_subscribers(
+    conn: Db,
+    q: Search = None,
+    list_name: Annotated[
+        str | None, Query(alias="list", max_length=200, pattern=r"^[^\x00]*$")
+    ] = None,
+    page: PageNo = 1,
+    per_page: PerPage = 50,
+) -> s.SubscriberPage:
+    """Subscribers by id, optionally matching `q` (address or name) and on `list`."""
+    rows, total = queries.subscribers_page(conn, q, list_name, page, per_page)
+    items = [s.SubscriberSummary(**r) for r in rows]
+    return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
+
+
+@router.post(
+    "/subscribers", tags=["subscribers"], response_model=s.SubscriberCreated, status_code=201
+)
+def add_subscriber(request: Request, conn: Db, body: s.SubscriberIn) -> s.SubscriberCreated:
+    """Add a subscriber to lists (created if new). On double opt-in lists the membership waits
+    for confirmation; the request is emailed now unless `send_confirmation` is false."""
+    sid = subscribers_api.add(
+        conn, body.email, body.name, body.attributes or None, tuple(body.lists)
+    )
+    sent: list[s.ConfirmationRequest] = []
+    if body.send_confirmation:
+        state = request.app.state
+        address = queries.subscriber_email(conn, sid) or body.email
+        for list_name, reply in optin.send_requests(
+            conn, address, state.link_key, state.settings, state.link_settings
+        ):
+            sent.append(
+                s.ConfirmationRequest(list=list_name, sent=_ok(reply), reply=reply.summary())
+            )
+    return s.SubscriberCreated(**_subscriber(conn, sid).model_dump(), confirmation_requests=sent)
+
+
+@router.get("/subscribers/{subscriber_id}", tags=["subscribers"], response_model=s.Subscriber)
+def get_subscriber(
+    conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]
+) -> s.Subscriber:
+    """A subscriber with lists, suppression and latest messages."""
+    return _subscriber(conn, subscriber_id)
+
+
+@router.patch("/subscribers/{subscriber_id}", tags=["subscribers"], response_model=s.Subscriber)
+def update_subscriber(
+    conn: Db,
+    subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)],
+    body: s.SubscriberUpdate,
+) -> s.Subscriber:
+    """Change name, address or attributes (merged; null removes a key); join lists."""
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+    subscribers_api.update(
+        conn,
+        address,
+        name=body.name,
+        attributes=body.attributes,
+        new_email=body.email,
+        lists=tuple(body.lists),
+    )
+    return _subscriber(conn, subscriber_id)
+
+
+@router.delete("/subscribers/{subscriber_id}", tags=["subscribers"], response_model=s.Removed)
+def remove_subscriber(
+    conn: Db,
+    subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)],
+    list_name: Annotated[
+        str | None,
+        Query(alias="list", max_length=200, pattern=r"^[^\x00]*$", description="Only leave it"),
+    ] = None,
+) -> s.Removed:
+    """Remove from one list, or from every list and the database (kept for its history)."""
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+    return s.Removed(message=subscribers_api.remove(conn, address, list_name))
+
+
+# -- lists ----------------------------------------------------------------------------------
+
+
+def _list(conn: Conn, list_id: int) -> s.ListInfo:
+    for row in lists_api.all_lists(conn):
+        if row["id"] == list_id:
+            return s.ListInfo(**row)
+    raise ApiError(404, f"no list with id {list_id}")
+
+
+ListId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
+
+
+@router.get("/lists", tags=["lists"], response_model=list[s.ListInfo])
+def get_lists(conn: Db) -> list[s.ListInfo]:
+    """Every list with its options and members by status."""
+    return [s.ListInfo(**r) for r in lists_api.all_lists(conn)]
+
+
+@router.post("/lists", tags=["lists"], response_model=s.ListInfo, status_code=201)
+def create_list(conn: Db, body: s.ListIn) -> s.ListInfo:
+    """Create a list (or set the options of the one with that name)."""
+    list_id = lists_api.configure(
+        conn, body.name, double_opt_in=body.double_opt_in, from_addr=body.from_addr
+    )
+    return _list(conn, list_id)
+
+
+@router.get("/lists/{list_id}", tags=["lists"], response_model=s.ListInfo)
+def get_list(conn: Db, list_id: ListId) -> s.ListInfo:
+    return _list(conn, list_id)
+
+
+@router.patch("/lists/{list_id}", tags=["lists"], response_model=s.ListInfo)
+def set_list_options(conn: Db, list_id: ListId, body: s.ListOptions) -> s.ListInfo:
+    """Double opt-in (needs `from_addr`, who asks to confirm) or single opt-in."""
+    name = _list(conn, list_id).name
+    lists_api.configure(conn, name, double_opt_in=body.double_opt_in, from_addr=body.from_addr)
+    return _list(conn, list_id)
+
+
+# -- imports --------------------------------------------------------------------------------
+
+
+@router.post("/imports", tags=["lists"], response_model=s.ImportJob, status_code=202)
+def start_import(
+    request: Request,
+    conn: Db,
+    file: Annotated[UploadFile, File(description="CSV with a header row and an email column")],
+    list_name: Annotated[
+        str, Form(alias="list", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    ],
+) -> s.ImportJob:
+    """Upload a CSV; answered at once with a job to poll at /api/v1/imports/{id}."""
+    handle, name = tempfile.mkstemp(prefix="senddock-import-", suffix=".csv")
+    path = Path(name)
+    with open(handle, "wb") as out:
+        shutil.copyfileobj(file.file, out, 1024 * 1024)
+        size = out.tell()
+    if size > MAX_UPLOAD:
+        path.unlink(missing_ok=True)
+        raise ApiError(413, f"the file is larger than {MAX_UPLOAD // 1024 // 1024} MB", "file")
+    job_id = imports.start_import(request.app.state, list_name, path)
+    return _import(conn, job_id)
+
+
+def _import(conn: Conn, job_id: int) -> s.ImportJob:
+    row = imports.get_import(conn, job_id)
+    if row is None:
+        raise ApiError(404, f"no import with id {job_id}")
+    return s.ImportJob(**row)
+
+
+@router.get("/imports/{import_id}", tags=["lists"], response_model=s.ImportJob)
+def get_import(conn: Db, import_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]) -> s.ImportJob:
+    """An import's progress: status, rows read, imported, rejected (first lines kept)."""
+    return _import(conn, import_id)
+
+
+# -- campaigns ------------------------------------------------------------------------------
+
+
+@router.get("/campaigns", tags=["campaigns"], response_model=s.CampaignPage)
+def list_campaigns(
+    conn: Db,
+    status: Annotated[s.CampaignState | None, Query()] = None,
+    page: PageNo = 1,
+    per_page: PerPage = 50,
+) -> s.CampaignPage:
+    """Campaigns, newest first, with sent and failed counts."""
+    rows, total = queries.campaigns_page(conn, status, page, per_page)
+    items = [s.CampaignSummary(**r) for r in rows]
+    return s.CampaignPage(page=page, per_page=per_page, total=total, items=items)
+
+
+@router.post("/campaigns", tags=["campaigns"], response_model=s.CampaignStatus, status_code=201)
+def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
+    """A draft campaign; templates and headers are checked now (422 naming the field)."""
+    if not body.text_body and not body.html_body:
+        raise ApiError(422, "give text_body, html_body or both", "text_body")
+    if body.send_at is not None and body.send_at.tzinfo is None:
+        raise ApiError(422, "send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "send_at")
+    cid = campaigns.create_campaign(
+        conn,
+        name=body.name,
+        list_name=body.lists,
+        subject=body.subject,
+        from_addr=body.from_addr,
+        text_body=body.text_body,
+        html_body=body.html_body,
+        reply_to=body.reply_to,
+        send_at=body.send_at,
+    )
+    return _status(conn, cid)
+
+
+@router.get("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
+def get_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+    """State and exact counts: the same keys as `senddock campaign status --json`."""
+    return _status(conn, campaign_id)
+
+
+@router.get("/campaigns/{campaign_id}/preview", tags=["campaigns"], response_model=s.Preview)
+def preview_campaign(
+    request: Request,
+    conn: Db,
+    campaign_id: CampaignId,
+    to: Annotated[str, Query(min_length=1, max_length=320, pattern=r"^[^\x00\r\n]*$")],
+) -> s.Preview:
+    """The message `to` would get, rendered now (as their subscriber if they are one)."""
+    data = compose.preview(conn, campaign_id, to, request.app.state.link_settings)
+    msg = email.message_from_bytes(data, policy=email.policy.default)
+    headers: dict[str, str] = {}
+    for key, value in msg.items():
+        headers[key] = f"{headers[key]}, {value}" if key in headers else str(value)
+    parts: dict[str, str] = {}
+    for part in msg.walk():
+        if part.get_content_maintype() == "text" and isinstance(part, email.message.EmailMessage):
+            parts.setdefault(part.get_content_subtype(), str(part.get_content()))
+    return s.Preview(
+        headers=headers,
+        text=parts.get("plain"),
+        html=parts.get("html"),
+        raw=data.decode("utf-8", "replace"),
+    )
+
+
+@router.post("/campaigns/{campaign_id}/test", tags=["campaigns"], response_model=list[s.TestResult])
+def test_campaign(
+    request: Request, conn: Db, campaign_id: CampaignId, body: s.TestIn
+) -> list[s.TestResult]:
+    """Send the rendered message to these addresses now (no broadcast); the relay's replies."""
+    state = request.app.state
+    results = send_test(conn, campaign_id, body.to, state.settings, state.link_settings)
+    return [s.TestResult(address=a, sent=_ok(r), reply=r.summary()) for a, r in results]
+
+
+@router.post(
+    "/campaigns/{campaign_id}/send", tags=["campaigns"], response_model=s.Sent, status_code=202
+)
+def send_campaign(conn: Db, campaign_id: CampaignId) -> s.Sent:
+    """Enqueue the campaign (idempotent); workers send it. Poll GET /campaigns/{id}."""
+    bid, total, created = campaigns.broadcast(conn, campaign_id)
+    return s.Sent(broadcast_id=bid, total=total, created=created)
+
+
+@router.post(
+    "/campaigns/{campaign_id}/schedule", tags=["campaigns"], response_model=s.CampaignStatus
+)
+def schedule_campaign(conn: Db, campaign_id: CampaignId, body: s.ScheduleIn) -> s.CampaignStatus:
+    """Send a draft at `at` (with a time zone); null unschedules."""
+    if body.at is not None and body.at.tzinfo is None:
+        raise ApiError(422, "at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "at")
+    campaigns.schedule(conn, campaign_id, body.at)
+    return _status(conn, campaign_id)
+
+
+@router.post("/campaigns/{campaign_id}/pause", tags=["campaigns"], response_model=s.CampaignStatus)
+def pause_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+    """Stop new sends now; messages in flight finish."""
+    campaigns.pause(conn, campaign_id)
+    return _status(conn, campaign_id)
+
+
+@router.post("/campaigns/{campaign_id}/resume", tags=["campaigns"], response_model=s.CampaignStatus)
+def resume_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+    campaigns.resume(conn, campaign_id)
+    return _status(conn, campaign_id)
+
+
+@router.post("/campaigns/{campaign_id}/cancel", tags=["campaigns"], response_model=s.Cancelled)
+def cancel_campaign(conn: Db, campaign_id: CampaignId) -> s.Cancelled:
+    """Cancel every message not yet sent; messages in flight finish."""
+    n = campaigns.cancel(conn, campaign_id)
+    return s.Cancelled(cancelled=n, campaign=_status(conn, campaign_id))
+
+
+@router.post("/campaigns/{campaign_id}/retry-failed", tags=["campaigns"], response_model=s.Requeued)
+def retry_failed(conn: Db, campaign_id: CampaignId) -> s.Requeued:
+    """Queue the failed recipients whose address is not suppressed again."""
+    n = campaigns.retry_failed(conn, campaign_id)
+    return s.Requeued(requeued=n, campaign=_status(conn, campaign_id))
+
+
+@router.get(
+    "/campaigns/{campaign_id}/recipients", tags=["campaigns"], response_model=s.RecipientPage
+)
+def campaign_recipients(
+    conn: Db,
+    campaign_id: CampaignId,
+    status: Annotated[s.JobStatus | None, Query()] = None,
+    q: Search = None,
+    page: PageNo = 1,
+    per_page: PerPage = 50,
+) -> s.RecipientPage:
+    """Who got what: each recipient's outcome, filtered by status or failure, searched."""
+    rows, total = queries.recipients_page(conn, campaign_id, status, q, page, per_page)
+    items = [s.Recipient(**r) for r in rows]
+    return s.RecipientPage(page=page, per_page=per_page, total=total, items=items)
+
+
+# -- suppressions, workers ------------------------------------------------------------------
+
+
+@router.get("/suppressions", tags=["suppressions"], response_model=list[s.Suppression])
+def list_suppressions(
+    conn: Db, reason: Annotated[s.Reason | None, Query()] = None
+) -> list[s.Suppression]:
+    """Every suppressed address, alphabetically."""
+    return [s.Suppression(**r) for r in suppressions.rows(conn, reason)]
+
+
+@router.post(
+    "/suppressions", tags=["suppressions"], response_model=s.SuppressionAdded, status_code=201
+)
+def add_suppression(conn: Db, body: s.SuppressionIn) -> s.SuppressionAdded:
+    """No broadcast sends to this address any more, including ones already enqueued."""
+    added = suppressions.add(conn, body.email, body.reason, body.detail)
+    return s.SuppressionAdded(email=normalize(body.email), added=added)
+
+
+@router.delete(
+    "/suppressions/{address}", tags=["suppressions"], response_model=s.SuppressionRemoved
+)
+def remove_suppression(
+    conn: Db,
+    address: Annotated[str, PathParam(min_length=1, max_length=320, pattern=r"^[^\x00]*$")],
+) -> s.SuppressionRemoved:
+    """Make an address sendable again (a bounced subscriber becomes active)."""
+    return s.SuppressionRemoved(email=address, removed=suppressions.remove(conn, address))
+
+
+@router.get("/workers", tags=["operations"], response_model=list[s.WorkerInfo])
+def workers(conn: Db) -> list[s.WorkerInfo]:
+    """Registered workers, their heartbeat age (database clock) and the jobs each holds."""
+    return [s.WorkerInfo(**r) for r in list_workers(conn)]

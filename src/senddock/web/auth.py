@@ -1,0 +1,234 @@
+"""Who may use the API and the dashboard: API tokens, admin logins, sessions and CSRF.
+
+API tokens are random, shown once, and stored as their SHA-256 (a token has 256 random bits,
+so a fast hash is enough). Admin passwords are hashed with argon2id. Sessions live in a signed
+cookie (Starlette SessionMiddleware); each session carries its own CSRF token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import psycopg
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from senddock.audience.addresses import normalize
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+MIN_PASSWORD = 10
+SESSION_ADMIN = "admin_id"
+SESSION_CSRF = "csrf"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+_hasher = PasswordHasher()
+# Verified against when the email is unknown, so both cases take the same time.
+_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+
+
+class AuthError(ValueError):
+    """A credential that cannot be made as asked (short password, taken email)."""
+
+
+class NotAuthenticated(Exception):
+    """No valid token or session: answered with 401 JSON."""
+
+    def __init__(self, message: str = "authentication required: send Authorization: Bearer"):
+        super().__init__(message)
+        self.message = message
+
+
+class CsrfFailed(Exception):
+    """A session request that changes something came without the session's CSRF token."""
+
+
+def hash_password(password: str) -> str:
+    """An argon2id hash of `password`."""
+    return _hasher.hash(password)
+
+
+def verify_password(hashed: str, password: str) -> bool:
+    """Whether `password` matches `hashed`; False for a malformed hash too."""
+    try:
+        return _hasher.verify(hashed, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def create_admin(conn: Conn, email: str, password: str) -> int:
+    """A new dashboard admin; its id. Refuses short passwords and taken addresses."""
+    if len(password) < MIN_PASSWORD:
+        raise AuthError(f"the password must have at least {MIN_PASSWORD} characters")
+    address = normalize(email)
+    row = conn.execute(
+        "INSERT INTO admins (email, password_hash) VALUES (%s, %s)"
+        " ON CONFLICT ((lower(email))) DO NOTHING RETURNING id",
+        (address, hash_password(password)),
+    ).fetchone()
+    if row is None:
+        raise AuthError(f"an admin {address} already exists")
+    return int(row["id"])
+
+
+def authenticate_admin(conn: Conn, email: str, password: str) -> int | None:
+    """The admin's id if the email and password match; else None (in constant-ish time)."""
+    row = conn.execute(
+        "SELECT id, password_hash FROM admins WHERE lower(email) = lower(%s)", (email.strip(),)
+    ).fetchone()
+    if row is None:
+        verify_password(_DUMMY_HASH, password)
+        return None
+    return int(row["id"]) if verify_password(str(row["password_hash"]), password) else None
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def create_token(conn: Conn, name: str = "") -> str:
+    """A new API token (shown to the caller once; only its hash is stored)."""
+    token = "sdk_" + secrets.token_urlsafe(32)
+    conn.execute(
+        "INSERT INTO api_tokens (name, token_hash) VALUES (%s, %s)", (name, _token_hash(token))
+    )
+    return token
+
+
+def token_ok(conn: Conn, token: str) -> bool:
+    """Whether `token` is a stored API token (and note when it was last used)."""
+    if not token or len(token) > 200:
+        return False
+    row = conn.execute(
+        "UPDATE api_tokens SET last_used_at = now() WHERE token_hash = %s RETURNING id",
+        (_token_hash(token),),
+    ).fetchone()
+    return row is not None
+
+
+class LoginLimiter:
+    """At most `limit` failed logins per key (e.g. email + IP) in `window` seconds.
+
+    In memory: one `senddock serve` process answers the dashboard.
+    """
+
+    def __init__(self, limit: int = 5, window: float = 300.0) -> None:
+        self.limit = limit
+        self.window = window
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        times = self._failures.setdefault(key, deque())
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        return times
+
+    def allowed(self, key: str) -> bool:
+        """Whether another attempt for `key` may be checked now."""
+        with self._lock:
+            return len(self._recent(key, time.monotonic())) < self.limit
+
+    def failed(self, key: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._recent(key, now).append(now)
+            if len(self._failures) > 10_000:  # forget keys with no recent failure
+                for k in [k for k, v in self._failures.items() if not v]:
+                    del self._failures[k]
+
+    def succeeded(self, key: str) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+
+def session_admin(request: Request) -> int | None:
+    """The admin id of the session cookie, or None."""
+    value = request.session.get(SESSION_ADMIN)
+    return value if isinstance(value, int) else None
+
+
+def login_session(request: Request, admin_id: int) -> None:
+    """Start a fresh session for `admin_id` (a new CSRF token: no fixation)."""
+    request.session.clear()
+    request.session[SESSION_ADMIN] = admin_id
+    request.session[SESSION_CSRF] = secrets.token_urlsafe(32)
+
+
+def logout_session(request: Request) -> None:
+    """End the session; a new anonymous CSRF token for the login form."""
+    request.session.clear()
+    request.session[SESSION_CSRF] = secrets.token_urlsafe(32)
+
+
+def csrf_token(request: Request) -> str:
+    """This session's CSRF token, made on first use."""
+    token = request.session.get(SESSION_CSRF)
+    if not isinstance(token, str) or not token:
+        token = secrets.token_urlsafe(32)
+        request.session[SESSION_CSRF] = token
+    return token
+
+
+def csrf_ok(request: Request, submitted: str | None) -> bool:
+    """Whether `submitted` is this session's CSRF token (constant-time compare)."""
+    expected = request.session.get(SESSION_CSRF)
+    if not isinstance(expected, str) or not expected or not submitted:
+        return False
+    return hmac.compare_digest(expected.encode(), submitted.encode("utf-8", "surrogateescape"))
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def check_request(request: Request) -> None:
+    """Raise NotAuthenticated / CsrfFailed unless the request carries a valid credential."""
+    token = _bearer(request)
+    if token is not None:
+        pool = request.app.state.pool
+        with pool.connection() as conn:
+            if token_ok(conn, token):
+                return
+        raise NotAuthenticated("invalid API token")
+    if session_admin(request) is not None:
+        if request.method not in SAFE_METHODS and not csrf_ok(
+            request, request.headers.get(CSRF_HEADER)
+        ):
+            raise CsrfFailed
+        return
+    raise NotAuthenticated()
+
+
+def require_api_auth(request: Request) -> None:
+    """FastAPI dependency for /api/v1: a Bearer token, or a session (+ X-CSRF-Token to change)."""
+    check_request(request)
+
+
+def unauthorized(message: str) -> JSONResponse:
+    """The 401 answer: the error shape, and a WWW-Authenticate challenge."""
+    return JSONResponse(
+        {"error": {"field": None, "message": message}},
+        status_code=401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def csrf_refused() -> JSONResponse:
+    return JSONResponse(
+        {"error": {"field": CSRF_HEADER, "message": "missing or wrong CSRF token"}},
+        status_code=403,
+    )

@@ -1,0 +1,177 @@
+"""One JSON error shape for the API: `{"error": {"field": name | null, "message": "..."}}`.
+
+Exceptions of the service layer map to statuses here (unknown id 404, conflict 409, bad input
+422), so endpoints just call the services. Nothing a client sends may end in a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from senddock.audience.addresses import InvalidAddress
+from senddock.audience.importer import UnreadableFile
+from senddock.audience.lists import ListError, UnknownList
+from senddock.audience.subscribers import SubscriberError, UnknownSubscriber
+from senddock.audience.suppressions import UnknownReason
+from senddock.campaigns import CampaignError, NothingToSend, UnknownCampaign
+from senddock.campaigns.compose import NoLinkKey
+from senddock.messages import HeaderError, TemplateProblem
+from senddock.web import auth
+
+log = logging.getLogger("senddock.web")
+
+
+class ErrorDetail(BaseModel):
+    field: str | None
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer of the API."""
+
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """Raised by endpoints: answered as the error shape with `status`."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def body(status: int, message: str, field: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"field": field, "message": message}}, status_code=status)
+
+
+# Documented on every API operation, so the OpenAPI document names every status we answer.
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "No valid API token or session"},
+    403: {"model": ErrorBody, "description": "Session request without its CSRF token"},
+    404: {"model": ErrorBody, "description": "No such id"},
+    409: {"model": ErrorBody, "description": "Not possible in the current state"},
+    422: {"model": ErrorBody, "description": "Bad input; `field` names it"},
+}
+
+
+def _field_of(exc: Exception) -> str | None:
+    """Which input a service error is about, from its message (best effort)."""
+    text = str(exc).lower()
+    for part, field in (
+        ("subject", "subject"),
+        ("reply-to", "reply_to"),
+        ("from", "from_addr"),
+        ("text template", "text_body"),
+        ("html template", "html_body"),
+        ("campaign name", "name"),
+        ("name", "name"),
+    ):
+        if text.startswith(part) or f"{part} " in text[:40]:
+            return field
+    return None
+
+
+def _status_of(exc: Exception) -> tuple[int, str | None]:
+    if isinstance(exc, UnknownCampaign | UnknownSubscriber):
+        return 404, None
+    if isinstance(exc, UnknownList):
+        return 422, "lists"
+    if isinstance(exc, NothingToSend):
+        return 409, None
+    if isinstance(exc, TemplateProblem | HeaderError):
+        return 422, _field_of(exc)
+    if isinstance(exc, InvalidAddress):
+        return 422, "email"
+    if isinstance(exc, UnknownReason):
+        return 422, "reason"
+    if isinstance(exc, ListError):
+        return 422, "from_addr"
+    if isinstance(exc, UnreadableFile):
+        return 422, "file"
+    if isinstance(exc, auth.AuthError):
+        return 422, "password"
+    if isinstance(exc, CampaignError | SubscriberError):
+        return 409, None
+    return 422, None
+
+
+SERVICE_ERRORS = (
+    CampaignError,
+    SubscriberError,
+    UnknownList,
+    TemplateProblem,
+    HeaderError,
+    InvalidAddress,
+    UnknownReason,
+    ListError,
+    UnreadableFile,
+    auth.AuthError,
+)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every expected failure into the error shape."""
+
+    async def api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return body(exc.status, exc.message, exc.field)
+
+    async def service_error(_: Request, exc: Exception) -> Response:
+        status, field = _status_of(exc)
+        message = " ".join(str(exc).split())
+        if isinstance(exc, UnknownCampaign):
+            field = None
+        return body(status, message, field)
+
+    async def not_authenticated(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, auth.NotAuthenticated)
+        return auth.unauthorized(exc.message)
+
+    async def csrf_failed(_: Request, __: Exception) -> Response:
+        return auth.csrf_refused()
+
+    async def validation(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
+        field = loc[-1] if len(loc) > 1 else (loc[0] if loc else None)
+        where = ".".join(loc[1:]) or (loc[0] if loc else "request")
+        message = f"{where}: {first.get('msg', 'invalid')}"
+        return body(422, message, field)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if not request.url.path.startswith("/api/"):
+            return await http_exception_handler(request, exc)
+        if exc.status_code == 400:  # a body that cannot even be parsed: bad input like any
+            return body(422, str(exc.detail), "body")
+        return body(exc.status_code, str(exc.detail))
+
+    async def data_error(request: Request, exc: Exception) -> Response:
+        # Input Postgres cannot hold (a NUL byte, a number out of range): the client's fault.
+        log.info("refused input on %s: %s", request.url.path, exc)
+        return body(422, f"invalid input: {str(exc).splitlines()[0]}")
+
+    async def link_key_missing(_: Request, exc: Exception) -> Response:
+        return body(503, str(exc))
+
+    app.add_exception_handler(ApiError, api_error)
+    for kind in SERVICE_ERRORS:
+        app.add_exception_handler(kind, service_error)
+    app.add_exception_handler(auth.NotAuthenticated, not_authenticated)
+    app.add_exception_handler(auth.CsrfFailed, csrf_failed)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(psycopg.DataError, data_error)
+    app.add_exception_handler(NoLinkKey, link_key_missing)

@@ -1,0 +1,166 @@
+"""/readyz and /metrics. Metrics are read from Postgres at scrape time, so every `serve`
+process (and every worker) shows the same numbers: the queue is the truth.
+
+/metrics needs the API token like /api/v1 (it names campaigns and counts); point Prometheus'
+`authorization: {credentials: <token>}` at it. /readyz needs none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+from psycopg_pool import PoolTimeout
+
+from senddock.db import check_current
+from senddock.db.migrate import MigrationError
+from senddock.web import auth
+from senddock.web.errors import RESPONSES
+from senddock.web.schemas import Ready
+
+log = logging.getLogger("senddock.web")
+
+router = APIRouter()
+
+# Finished jobs by outcome: sent, or failed with its reason (bounced, suppressed, …).
+OUTCOMES = """
+SELECT CASE WHEN status = 'failed' THEN 'failed_' || coalesce(failure, 'unknown')
+            ELSE status END AS outcome, count(*) AS n
+FROM broadcast_jobs WHERE status IN ('sent', 'failed', 'cancelled') GROUP BY 1
+"""
+DEPTH = "SELECT status, count(*) AS n FROM broadcast_jobs GROUP BY status"
+# Claim-to-send latency of the messages sent in the last `window` (recent rows only).
+LATENCY = """
+SELECT count(*) AS n, coalesce(sum(extract(epoch FROM sent_at - claimed_at)), 0)::float AS total,
+       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP
+           (ORDER BY extract(epoch FROM sent_at - claimed_at)) AS q
+FROM broadcast_jobs
+WHERE status = 'sent' AND claimed_at IS NOT NULL AND sent_at >= now() - interval '15 minutes'
+"""
+REPLIES = """
+SELECT (last_code / 100)::text || 'xx' AS class, count(*) AS n FROM broadcast_jobs
+WHERE last_code BETWEEN 200 AND 599 GROUP BY 1
+"""
+WORKERS = """
+SELECT count(*) FILTER (WHERE heartbeat_at > now() - make_interval(secs => %s)) AS live,
+       count(*) AS registered
+FROM workers
+"""
+JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "cancelled")
+
+
+class QueueCollector(Collector):
+    """Reads the queue at each scrape (a few aggregate queries over indexed columns)."""
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]], lease_seconds: float) -> None:
+        self.conn = conn
+        self.lease = lease_seconds
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.conn
+        outcome = GaugeMetricFamily(
+            "senddock_messages", "Finished messages by outcome (all time)", labels=["outcome"]
+        )
+        for r in c.execute(OUTCOMES).fetchall():
+            outcome.add_metric([str(r["outcome"])], float(r["n"]))
+        yield outcome
+
+        depth = GaugeMetricFamily(
+            "senddock_queue_jobs", "Jobs in broadcast_jobs by status", labels=["status"]
+        )
+        found = {str(r["status"]): int(r["n"]) for r in c.execute(DEPTH).fetchall()}
+        for status in JOB_STATUSES:
+            depth.add_metric([status], float(found.get(status, 0)))
+        yield depth
+
+        lat = c.execute(LATENCY).fetchone()
+        assert lat is not None
+        yield SummaryMetricFamily(
+            "senddock_claim_to_send_seconds",
+            "Seconds from claim to the relay's acceptance, messages sent in the last 15 minutes",
+            count_value=int(lat["n"]),
+            sum_value=float(lat["total"]),
+        )
+        quant = GaugeMetricFamily(
+            "senddock_claim_to_send_seconds_quantile",
+            "Quantiles of claim-to-send seconds, messages sent in the last 15 minutes",
+            labels=["quantile"],
+        )
+        for q, value in zip(("0.5", "0.9", "0.99"), lat["q"] or [], strict=False):
+            if value is not None:
+                quant.add_metric([q], float(value))
+        yield quant
+
+        replies = GaugeMetricFamily(
+            "senddock_smtp_replies",
+            "Jobs by the class of the last SMTP reply (2xx, 4xx, 5xx)",
+            labels=["class"],
+        )
+        found = {str(r["class"]): int(r["n"]) for r in c.execute(REPLIES).fetchall()}
+        for klass in ("2xx", "3xx", "4xx", "5xx"):
+            replies.add_metric([klass], float(found.get(klass, 0)))
+        yield replies
+
+        w = c.execute(WORKERS, (self.lease,)).fetchone()
+        assert w is not None
+        yield GaugeMetricFamily(
+            "senddock_workers_live",
+            "Workers whose heartbeat is younger than the lease",
+            value=float(w["live"]),
+        )
+        yield GaugeMetricFamily(
+            "senddock_workers_registered", "Registered worker rows", value=float(w["registered"])
+        )
+
+
+def scrape(request: Request) -> bytes:
+    """The Prometheus text of one scrape."""
+    settings = request.app.state.settings
+    with request.app.state.pool.connection() as conn:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(QueueCollector(conn, settings.lease_seconds))
+        return generate_latest(registry)
+
+
+@router.get(
+    "/metrics",
+    tags=["operations"],
+    summary="Prometheus metrics (needs the API token)",
+    dependencies=[Depends(auth.require_api_auth)],
+    responses={
+        **RESPONSES,
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+    },
+    response_class=Response,
+)
+def metrics(request: Request) -> Response:
+    return Response(scrape(request), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get(
+    "/readyz",
+    tags=["operations"],
+    summary="Ready: the database answers and its schema is current (else 503)",
+    response_model=Ready,
+    responses={503: {"model": Ready, "description": "Not ready"}},
+)
+def readyz(request: Request) -> Response:
+    try:
+        with request.app.state.pool.connection(timeout=5) as conn:
+            check_current(conn)
+    except MigrationError as exc:
+        body = Ready(ready=False, database=True, migrations=False, message=str(exc))
+        return JSONResponse(body.model_dump(), status_code=503)
+    except (psycopg.Error, PoolTimeout) as exc:
+        text = str(exc).strip().splitlines()
+        msg = text[0] if text else type(exc).__name__
+        body = Ready(ready=False, database=False, migrations=False, message=msg)
+        return JSONResponse(body.model_dump(), status_code=503)
+    return JSONResponse(Ready(ready=True, database=True, migrations=True).model_dump())

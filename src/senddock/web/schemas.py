@@ -1,0 +1,345 @@
+"""Pydantic models of every API request and response, so /openapi.json is exact.
+
+Strings are bounded and refuse NUL bytes (Postgres text cannot hold them); ids are bounded to
+bigint; page sizes are capped. Bad input is a 422 naming the field, never a 500.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+BIGINT = 2**63 - 1
+MAX_PER_PAGE = 500
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if "\r" in value or "\n" in value:
+        raise ValueError("must not contain CR or LF")
+    return value
+
+
+Text = Annotated[str, Field(max_length=1_000), AfterValidator(_no_nul)]
+Line = Annotated[str, Field(max_length=1_000), AfterValidator(_no_nul), AfterValidator(_one_line)]
+Body = Annotated[str, Field(max_length=1_000_000), AfterValidator(_no_nul)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+Address = Annotated[
+    str, Field(min_length=1, max_length=320), AfterValidator(_no_nul), AfterValidator(_one_line)
+]
+Id = Annotated[int, Field(ge=1, le=BIGINT)]
+Attributes = dict[str, Any]
+
+JobStatus = Literal[
+    "pending",
+    "sending",
+    "retry",
+    "sent",
+    "failed",
+    "cancelled",
+    "bounced",
+    "suppressed",
+    "exhausted",
+    "rejected",
+]
+Reason = Literal["bounce", "unsubscribe", "complaint", "manual"]
+
+
+class Strict(BaseModel):
+    """Request bodies: unknown fields are refused (a typo is not silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel):
+    page: int
+    per_page: int
+    total: int
+
+
+# -- subscribers and lists ----------------------------------------------------------------
+
+
+class Membership(BaseModel):
+    name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime | None = None
+
+
+class Suppression(BaseModel):
+    email: str
+    reason: str
+    created_at: datetime
+    detail: str | None = None
+    source_broadcast_id: int | None = None
+
+
+class SubscriberMessage(BaseModel):
+    campaign_id: int
+    campaign: str
+    status: str
+    failure: str | None
+    sent_at: datetime | None
+    message_id: str
+
+
+class SubscriberSummary(BaseModel):
+    id: int
+    email: str
+    name: str
+    status: str
+    attributes: Attributes
+    created_at: datetime
+    updated_at: datetime
+
+
+class SuppressedInfo(BaseModel):
+    reason: str
+    created_at: datetime
+    detail: str | None = None
+
+
+class Subscriber(SubscriberSummary):
+    lists: list[Membership]
+    suppressed: SuppressedInfo | None
+    messages: list[SubscriberMessage]
+
+
+class SubscriberPage(Page):
+    items: list[SubscriberSummary]
+
+
+class SubscriberIn(Strict):
+    email: Address
+    name: Line = ""
+    attributes: Attributes = Field(default_factory=dict)
+    lists: list[Name] = Field(default_factory=list, max_length=100)
+    send_confirmation: bool = Field(
+        default=True, description="On double opt-in lists, email the confirmation request now."
+    )
+
+
+class SubscriberUpdate(Strict):
+    email: Address | None = None
+    name: Line | None = None
+    attributes: Attributes | None = Field(
+        default=None, description="Merged into the attributes; a null value removes a key."
+    )
+    lists: list[Name] = Field(default_factory=list, max_length=100)
+
+
+class Removed(BaseModel):
+    message: str
+
+
+class ListInfo(BaseModel):
+    id: int
+    name: str
+    double_opt_in: bool
+    from_addr: str | None
+    confirmed: int
+    unconfirmed: int
+    unsubscribed: int
+
+
+class ListIn(Strict):
+    name: Name
+    double_opt_in: bool | None = None
+    from_addr: Line | None = None
+
+
+class ListOptions(Strict):
+    double_opt_in: bool | None = None
+    from_addr: Line | None = None
+
+
+# -- imports ------------------------------------------------------------------------------
+
+
+class ImportError_(BaseModel):
+    line: int
+    reason: str
+
+
+class ImportJob(BaseModel):
+    id: int
+    list_name: str
+    status: Literal["queued", "running", "done", "failed"]
+    rows_read: int
+    imported: int
+    rejected: int
+    errors: list[ImportError_]
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+# -- campaigns ----------------------------------------------------------------------------
+
+
+class CampaignStatus(BaseModel):
+    """The same keys as `senddock campaign status --json`."""
+
+    id: int
+    name: str
+    status: str
+    broadcast_id: int | None
+    total: int
+    pending: int
+    sending: int
+    retry: int
+    sent: int
+    failed: int
+    cancelled: int
+    bounced: int
+    suppressed: int
+    exhausted: int
+    rejected: int
+    pause_reason: str | None
+    last_sender_fault: str | None
+    enqueue_done: bool = Field(
+        description="False while workers still enqueue a big broadcast: `total` grows until then"
+    )
+
+
+class CampaignSummary(BaseModel):
+    id: int
+    name: str
+    status: str
+    subject: str
+    from_addr: str
+    lists: list[str]
+    send_at: datetime | None
+    schedule_error: str | None
+    broadcast_id: int | None
+    created_at: datetime
+    total: int
+    sent: int
+    failed: int
+
+
+class CampaignPage(Page):
+    items: list[CampaignSummary]
+
+
+class CampaignIn(Strict):
+    name: Line = Field(min_length=1)
+    lists: list[Name] = Field(min_length=1, max_length=100)
+    subject: Body
+    from_addr: Body = Field(description='e.g. "News <news@example.org>"')
+    text_body: Body | None = None
+    html_body: Body | None = None
+    reply_to: Body | None = None
+    send_at: datetime | None = Field(default=None, description="ISO 8601 with a time zone")
+
+
+class Preview(BaseModel):
+    headers: dict[str, str]
+    text: str | None
+    html: str | None
+    raw: str
+
+
+class TestIn(Strict):
+    to: list[Address] = Field(min_length=1, max_length=20)
+
+
+class TestResult(BaseModel):
+    address: str
+    sent: bool
+    reply: str
+
+
+class Sent(BaseModel):
+    broadcast_id: int
+    total: int = Field(description="Recipients enqueued so far (workers enqueue the rest)")
+    created: bool = Field(description="False when the campaign had already been sent")
+
+
+class ScheduleIn(Strict):
+    at: datetime | None = Field(description="ISO 8601 with a time zone; null unschedules")
+
+
+class Cancelled(BaseModel):
+    cancelled: int
+    campaign: CampaignStatus
+
+
+class Requeued(BaseModel):
+    requeued: int
+    campaign: CampaignStatus
+
+
+class Recipient(BaseModel):
+    email: str
+    status: str
+    failure: str | None
+    attempts: int
+    sent_at: datetime | None
+    message_id: str
+    last_code: int | None
+    last_enhanced: str | None
+    last_reply: str | None
+
+
+class RecipientPage(Page):
+    items: list[Recipient]
+
+
+# -- suppressions, workers ----------------------------------------------------------------
+
+
+class SuppressionIn(Strict):
+    email: Address
+    reason: Reason = "manual"
+    detail: Line | None = None
+
+
+class SuppressionAdded(BaseModel):
+    email: str
+    added: bool = Field(description="False when the address already was suppressed")
+
+
+class SuppressionRemoved(BaseModel):
+    email: str
+    removed: bool
+
+
+class WorkerInfo(BaseModel):
+    id: int
+    host: str
+    pid: int
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age: float
+    stopping: bool
+    holding: int
+
+
+class Ready(BaseModel):
+    ready: bool
+    database: bool
+    migrations: bool
+    message: str | None = None
+
+
+CampaignState = Literal["draft", "sending", "paused", "sent", "cancelled"]
+
+
+class ConfirmationRequest(BaseModel):
+    list: str
+    sent: bool
+    reply: str
+
+
+class SubscriberCreated(Subscriber):
+    confirmation_requests: list[ConfirmationRequest]
