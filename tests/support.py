@@ -16,6 +16,7 @@ import psycopg
 
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
+from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.delivery.worker import Worker
@@ -59,10 +60,11 @@ def new_campaign(conn: Conn, list_name: str, name: str = "c") -> int:
 def send_campaign(
     conn: Conn, list_name: str, emails: list[str], name: str = "c"
 ) -> tuple[int, int]:
-    """Seed, create and enqueue a campaign: (campaign id, broadcast id)."""
+    """Seed, create and enqueue a campaign, all of it now: (campaign id, broadcast id)."""
     seed_list(conn, list_name, emails)
     cid = new_campaign(conn, list_name, name)
     bid, _, _ = broadcast(conn, cid)
+    enqueue_all(conn, bid)  # what workers do in the background (test_enqueue_background.py)
     return cid, bid
 
 

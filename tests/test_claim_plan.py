@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from senddock.campaigns import broadcast
+from senddock.campaigns.broadcast import enqueue_all
 from senddock.delivery.queue import CLAIM
 from support import Conn, new_campaign, seed_list
 
@@ -45,7 +46,9 @@ def _seed_mixed_queue(conn: Conn) -> int:
     emails = [f"user{i}@plan.example" for i in range(FINISHED + PENDING)]
     seed_list(conn, "plan", emails)
     cid = new_campaign(conn, "plan")
-    bid, total, _ = broadcast(conn, cid)
+    bid, _, _ = broadcast(conn, cid)
+    enqueue_all(conn, bid)  # what workers do in the background
+    total = broadcast(conn, cid)[1]
     assert total == FINISHED + PENDING
     conn.execute(
         "UPDATE broadcast_jobs SET status = CASE WHEN id %% 50 = 0 THEN 'failed' ELSE 'sent' END,"

@@ -210,11 +210,14 @@ def create_cmd(
 @campaign.command("send")
 @click.argument("campaign_id", type=int)
 def send_cmd(campaign_id: int) -> None:
-    """Enqueue the campaign and return at once; workers send it."""
+    """Start the broadcast and return at once; workers enqueue the rest and send it."""
     with db() as conn:
         bid, total, created = campaigns.broadcast(conn, campaign_id)
     if created:
-        click.echo(f"campaign {campaign_id}: broadcast {bid} enqueued {total} recipients")
+        click.echo(
+            f"campaign {campaign_id}: broadcast {bid} started ({total} recipients enqueued so"
+            " far; workers enqueue the rest; see `campaign status`)"
+        )
     else:
         click.echo(f"campaign {campaign_id}: already sent as broadcast {bid} ({total} recipients)")
 
@@ -235,6 +238,8 @@ def status_cmd(campaign_id: int, as_json: bool) -> None:
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
         " rejected {rejected})  cancelled {cancelled}".format(**st)
     )
+    if not st["enqueue_done"]:
+        click.echo(f"  still enqueuing: {st['total']} recipients so far")
     if st["pause_reason"]:
         click.echo(f"  paused because the relay said: {st['pause_reason']}")
 
@@ -671,9 +676,13 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     type=click.FloatRange(0),
     help="Seconds between scheduler passes (0: run no scheduler here).",
 )
-def serve_cmd(host: str, port: int, schedule_every: float) -> None:
-    """Serve the unsubscribe pages every message links to (at SENDDOCK_PUBLIC_URL), and run
-    the campaign scheduler."""
+@click.option("--no-workers", is_flag=True, help="Send nothing here; run `senddock worker`s.")
+@click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
+def serve_cmd(
+    host: str, port: int, schedule_every: float, no_workers: bool, concurrency: int
+) -> None:
+    """Serve the API (/api/v1), the dashboard and the unsubscribe pages every message links to
+    (at SENDDOCK_PUBLIC_URL); run the scheduler and, unless --no-workers, a worker."""
     import uvicorn
 
     from senddock.web import create_app
@@ -681,8 +690,56 @@ def serve_cmd(host: str, port: int, schedule_every: float) -> None:
     s = settings()
     links = _link_settings()
     url = current_database(s)
-    app = create_app(url, links, schedule_every=schedule_every)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    app = create_app(
+        url,
+        links,
+        schedule_every=schedule_every,
+        settings=s,
+        workers=0 if no_workers else concurrency,
+    )
+    # uvicorn handles SIGTERM/SIGINT: the app's shutdown stops the worker, which finishes
+    # the messages in flight before the process exits.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
+
+
+@cli.group("token")
+def token_group() -> None:
+    """API tokens (Authorization: Bearer)."""
+
+
+@token_group.command("create")
+@click.option("--name", default="", help="What the token is for (shown nowhere else).")
+def token_create_cmd(name: str) -> None:
+    """Make an API token and print it alone; only its hash is stored, so keep it now."""
+    from senddock.web import auth
+
+    with db() as conn:
+        click.echo(auth.create_token(conn, name))
+
+
+@cli.group("admin")
+def admin_group() -> None:
+    """Dashboard logins."""
+
+
+@admin_group.command("create")
+@click.option("--email", required=True)
+def admin_create_cmd(email: str) -> None:
+    """Make a dashboard admin; the password is read from stdin (one line)."""
+    from senddock.web import auth
+
+    if sys.stdin.isatty():
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise Fail("no password given on stdin")
+    with db() as conn:
+        try:
+            aid = auth.create_admin(conn, email, password)
+        except auth.AuthError as exc:
+            raise Fail(str(exc)) from exc
+    click.echo(f"admin {aid} created for {email.strip()}")
 
 
 def main() -> None:

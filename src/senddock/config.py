@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     # A job sent back this many times by replies about us fails as rejected.
     job_sender_fault_limit: int = Field(default=5, ge=1)
     claim_batch: int = Field(default=10, ge=1)
+    # Jobs of broadcasts that ended more than this many days ago are deleted, their counts
+    # kept (delivery/cleaner.py); 0 keeps them forever.
+    retention_days: int = Field(default=90, ge=0)
+    # Jobs per enqueue chunk: one transaction each (campaigns/broadcast.py).
+    enqueue_chunk: int = Field(default=50_000, ge=1)
 
     @property
     def backoff(self) -> list[float]:

@@ -46,6 +46,7 @@ from rich.table import Table
 from senddock.audience import import_csv
 from senddock.audience.importer import write_csv
 from senddock.campaigns import broadcast, create_campaign, status
+from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import SmtpTarget
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
@@ -262,6 +263,7 @@ class Demo:
             html_body=HTML,
         )
         bid, total, _ = broadcast(conn, cid)
+        total += enqueue_all(conn, bid)  # all of it now, so the progress has its real total
         self._done(f"campaign {cid} enqueued as broadcast {bid}: {total:,} jobs")
         sample = SUBJECT.replace("{{ subscriber.name }}", audience.rows[0][1])
         self.console.print(

@@ -107,6 +107,15 @@ SELECT count(*) AS total,
 FROM broadcast_jobs WHERE broadcast_id = %s
 """
 
+# The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py).
+STATUS = """
+SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
+       b.final_counts,
+       b.status = 'cancelled' OR NOT EXISTS (SELECT 1 FROM broadcast_enqueues e
+                                          WHERE e.broadcast_id = c.broadcast_id) AS enqueue_done
+FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
+"""
+
 COUNT_KEYS = (
     "total",
     "pending",
@@ -128,15 +137,13 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         conn.execute(FINISH)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        c = conn.execute(
-            "SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault"
-            " FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s",
-            (campaign_id,),
-        ).fetchone()
+        c = conn.execute(STATUS, (campaign_id,)).fetchone()
         if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
         counts: dict[str, Any] = dict.fromkeys(COUNT_KEYS, 0)
-        if c["broadcast_id"] is not None:
+        if c["final_counts"] is not None:  # its jobs were deleted (retention): frozen before
+            counts = {k: int(c["final_counts"].get(k, 0)) for k in COUNT_KEYS}
+        elif c["broadcast_id"] is not None:
             row = conn.execute(COUNTS, (c["broadcast_id"],)).fetchone()
             assert row is not None
             counts = {k: int(row[k]) for k in COUNT_KEYS}
@@ -148,6 +155,8 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         **counts,
         "pause_reason": c["pause_reason"],
         "last_sender_fault": c["last_sender_fault"],
+        # Still being enqueued in the background: `total` is the jobs enqueued so far.
+        "enqueue_done": c["enqueue_done"],
     }
 
 

@@ -139,6 +139,7 @@ WHERE status = 'sending' AND owner = ANY(%(dead)s::bigint[])
 """
 
 # Invariant 8: "done" is observable. A broadcast is finished, and its campaign sent, only when
+# it is fully enqueued (no broadcast_enqueues row: the last chunk deletes it with its jobs) and
 # no job is pending, sending or retry. A cancelled broadcast's jobs that were in flight when it
 # was cancelled, and came back as retry, are cancelled here too.
 FINISH = """
@@ -152,6 +153,7 @@ WITH leftovers AS (
     UPDATE broadcasts b SET status = 'finished', finished_at = now()
     FROM broadcasts seen
     WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM broadcast_enqueues e WHERE e.broadcast_id = b.id)
       AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j
                       WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
     RETURNING b.id, b.campaign_id

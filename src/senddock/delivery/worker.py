@@ -23,8 +23,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from senddock.campaigns import compose, scheduler
+from senddock.campaigns.broadcast import PARTS, run_enqueuer
 from senddock.config import Settings, SmtpTarget
 from senddock.delivery import queue, rescuer
+from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
 from senddock.delivery.queue import NOTIFY_CHANNEL, AsyncConn, Job
 from senddock.delivery.smtp import SmtpSession
@@ -367,6 +369,7 @@ class Worker:
         budget = len(self.settings.backoff)
         link = Link(self.url, self.shared.stopping.is_set)
         cut_off = False
+        cleaner = Cleaner(self.settings.retention_days)  # retention, at a low rate
         while True:
             try:
                 conn = await link.conn()
@@ -386,6 +389,7 @@ class Worker:
                     log.warning("rescued %d jobs from dead workers", n)
                     self.shared.wake.set()
                 await queue.finish(conn)
+                await cleaner.maybe_clean(conn)
                 # Every worker also runs the scheduler; SKIP LOCKED makes exactly one enqueue.
                 if await asyncio.to_thread(scheduler.tick, self.url):
                     self.shared.wake.set()
@@ -429,6 +433,18 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._maintenance_loop()),
             asyncio.create_task(self._listen_loop()),
+            # Broadcasts still being enqueued: their next chunks, PARTS at a time (broadcast.py).
+            *(
+                asyncio.create_task(
+                    run_enqueuer(
+                        self.url,
+                        self.shared.stopping,
+                        self.shared.wake.set,
+                        self.settings.enqueue_chunk,
+                    )
+                )
+                for _ in range(PARTS)
+            ),
         ]
         senders = [
             asyncio.create_task(Sender(self.shared, i).run()) for i in range(self.concurrency)

@@ -60,6 +60,7 @@ from psycopg.rows import dict_row
 
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
+from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres, pg_ctl
 from senddock.testing.catcher import Catcher, Fault, FaultRule
@@ -389,6 +390,7 @@ class World:
                     text_body="Hello {{ subscriber.name }}, this is for {{ email }}.\n",
                 )
                 self.broadcast_id, total, _ = broadcast(conn, self.campaign_id)
+                total += enqueue_all(conn, self.broadcast_id)  # all of it before the faults
                 if total != self.n:
                     raise RuntimeError(f"enqueued {total} jobs for {self.n} recipients")
             self.catcher.start()

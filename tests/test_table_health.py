@@ -1,0 +1,151 @@
+"""Table health (issue 6, target 5): claims read only the claimable rows however many finished
+rows the queue holds, counts are an index-only read, and retention deletes old jobs while
+`campaign status` stays exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from senddock.campaigns import status
+from senddock.campaigns.campaigns import COUNTS
+from senddock.delivery import cleaner
+from senddock.delivery.queue import CLAIM
+from senddock.testing import Catcher
+from support import Conn, ThreadWorker, send_campaign, wait_until
+
+FINISHED = 100_000
+CLAIMABLE = 300
+
+
+def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from _nodes(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from _nodes(item)
+
+
+def _plan(conn: Conn, sql: str, params: Any) -> list[dict[str, Any]]:
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    plan = row["QUERY PLAN"]
+    return list(_nodes(json.loads(plan) if isinstance(plan, str) else plan))
+
+
+def _finished_queue(conn: Conn) -> int:
+    """A running broadcast with FINISHED sent rows and CLAIMABLE pending ones; its id."""
+    emails = [f"h{i}@health.example" for i in range(FINISHED + CLAIMABLE)]
+    _, bid = send_campaign(conn, "health", emails)
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sent', attempts = 1, sent_at = now() WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT %s)",
+        (bid, FINISHED),
+    )
+    conn.execute("VACUUM ANALYZE broadcast_jobs")
+    return bid
+
+
+def test_claim_reads_the_partial_index_of_claimable_rows_past_a_hundred_thousand_finished(
+    conn: Conn,
+) -> None:
+    _finished_queue(conn)
+    nodes = _plan(conn, CLAIM, {"n": 10, "owner": 1})
+    on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
+    assert on_jobs, "the claim does not read broadcast_jobs"
+    used = {str(n["Index Name"]) for n in on_jobs if "Index Name" in n}
+    assert "broadcast_jobs_claimable" in used, (used, [n["Node Type"] for n in on_jobs])
+    assert not [n for n in on_jobs if n["Node Type"] == "Seq Scan"]
+
+
+def test_counts_are_an_index_only_read_of_the_unique_key(conn: Conn) -> None:
+    _finished_queue(conn)
+    _, bid = send_campaign(conn, "small", [f"s{i}@example.com" for i in range(500)], "small")
+    conn.execute("VACUUM ANALYZE broadcast_jobs")
+    nodes = _plan(conn, COUNTS, (bid,))
+    on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
+    assert [(n["Node Type"], n.get("Index Name")) for n in on_jobs] == [
+        ("Index Only Scan", "broadcast_jobs_once")
+    ]
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _clean(url: str, days: int, batches: int = 1000) -> int:
+    async with await AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as a:
+        return await cleaner.clean(a, days, batches)
+
+
+def _sent_campaign(conn: Conn, db_url: str, catcher: Catcher, name: str, n: int) -> int:
+    """A campaign sent through a real worker: n addresses, two of them bouncing."""
+    emails = [f"{name}{i}@example.com" for i in range(n - 2)]
+    emails += [f"bounce-{name}@example.com", f"bounce-{name}2@example.com"]
+    cid, _ = send_campaign(conn, name, emails, name)
+    with ThreadWorker(db_url, catcher.url, retention_days=0):
+        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 60)
+    return cid
+
+
+def _jobs(conn: Conn, cid: int) -> int:
+    row = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs j JOIN campaigns c"
+        " ON c.broadcast_id = j.broadcast_id WHERE c.id = %s",
+        (cid,),
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def _age(conn: Conn, cid: int, days: int) -> None:
+    conn.execute(
+        "UPDATE broadcasts SET finished_at = now() - make_interval(days => %s)"
+        " WHERE campaign_id = %s",
+        (days, cid),
+    )
+
+
+def test_retention_deletes_old_jobs_in_batches_and_status_stays_exact(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    old = _sent_campaign(conn, db_url, catcher, "old", 40)
+    recent = _sent_campaign(conn, db_url, catcher, "recent", 20)
+    before_old, before_recent = status(conn, old), status(conn, recent)
+    assert (before_old["sent"], before_old["bounced"], before_old["total"]) == (38, 2, 40)
+    _age(conn, old, 91)
+    _age(conn, recent, 89)
+
+    assert _run(_clean(db_url, 0)) == 0, "retention 0 keeps everything"
+    assert _jobs(conn, old) == 40
+    # One batch of 5,000 takes all 40; the recent broadcast is untouched.
+    assert _run(_clean(db_url, 90, batches=1)) == 40
+    assert (_jobs(conn, old), _jobs(conn, recent)) == (0, 20)
+    assert status(conn, old) == before_old
+    assert status(conn, recent) == before_recent
+    frozen = conn.execute(
+        "SELECT final_counts, purged_at FROM broadcasts WHERE campaign_id = %s", (old,)
+    ).fetchone()
+    assert frozen is not None and frozen["purged_at"] is not None
+    assert frozen["final_counts"]["sent"] == 38
+    assert _run(_clean(db_url, 90)) == 0
+
+
+def test_the_worker_runs_retention_from_its_maintenance_loop(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    cid = _sent_campaign(conn, db_url, catcher, "aged", 30)
+    before = status(conn, cid)
+    _age(conn, cid, 120)
+    with ThreadWorker(db_url, catcher.url, retention_days=90):
+        assert wait_until(lambda: _jobs(conn, cid) == 0, 30)
+    assert status(conn, cid) == before
