@@ -65,4 +65,7 @@ def broadcast(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tup
             )
         conn.execute(LINK, {"total": total, "b": bid, "c": campaign_id})
         conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+    # The claim's plan depends on the table's statistics, and autovacuum may take a minute to
+    # notice this many new rows: with stale ones it scans the whole broadcast per claim.
+    conn.execute("ANALYZE broadcast_jobs")
     return bid, total, True
