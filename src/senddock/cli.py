@@ -8,6 +8,7 @@ import email.message
 import email.policy
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -294,12 +295,25 @@ def workers_cmd(as_json: bool) -> None:
 
 @cli.command("worker")
 @click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
-def worker_cmd(concurrency: int) -> None:
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0, 256),
+    help="Worker processes, each with --concurrency SMTP sessions (0: one per core).",
+)
+def worker_cmd(concurrency: int, processes: int) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
+    from senddock.delivery.processes import run_processes
     from senddock.delivery.worker import run_worker
 
     s = settings()
     url = current_database(s)
+    if processes == 0:
+        processes = len(os.sched_getaffinity(0))
+    if processes > 1:
+        verbose = logging.getLogger().isEnabledFor(logging.INFO)
+        sys.exit(run_processes(processes, concurrency, verbose))
     sys.exit(run_worker(s, url, concurrency))
 
 

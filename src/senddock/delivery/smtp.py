@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 
 import aiosmtplib
 
@@ -62,8 +64,18 @@ class SmtpSession:
         self._smtp = smtp
         return None
 
-    async def send(self, sender: str, recipient: str, message: bytes) -> Reply:
-        """One message to one recipient; the Reply says how it ended (250 at data = sent)."""
+    async def send(
+        self,
+        sender: str,
+        recipient: str,
+        message: bytes,
+        before_dot: Callable[[], Awaitable[None]] | None = None,
+    ) -> Reply:
+        """One message to one recipient; the Reply says how it ended (250 at data = sent).
+
+        With `before_dot`, the envelope and the whole body go out at once, and only the final
+        dot, which makes the server accept, waits for `before_dot()` (invariant 3).
+        """
         if not self.connected:
             failed = await self._open()
             if failed is not None:
@@ -76,7 +88,10 @@ class SmtpSession:
             stage = "rcpt"
             await smtp.rcpt(recipient)
             stage = "data"
-            resp = await smtp.data(message)
+            if before_dot is None:
+                resp = await smtp.data(message)
+            else:
+                resp = await _data_held(smtp, message, before_dot)
             return Reply("data", resp.code, resp.message)
         except aiosmtplib.SMTPResponseException as exc:
             reply = Reply(stage, exc.code, exc.message)
@@ -108,6 +123,34 @@ class SmtpSession:
         if self._smtp is not None:
             self._smtp.close()
         self._smtp = None
+
+
+async def _data_held(
+    smtp: aiosmtplib.SMTP, message: bytes, before_dot: Callable[[], Awaitable[None]]
+) -> aiosmtplib.SMTPResponse:
+    """DATA, the dot-stuffed body, then `before_dot()`, then the final dot alone (RFC 5321)."""
+    start = await smtp.execute_command(b"DATA")
+    if start.code != 354:
+        raise aiosmtplib.SMTPDataError(start.code, start.message)
+    if smtp.protocol is None:
+        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+    smtp.protocol.write(_stuffed(message))
+    await before_dot()
+    # The end-of-data line is ".", sent and answered as a command of its own.
+    done = await smtp.execute_command(b".")
+    if done.code != 250:
+        raise aiosmtplib.SMTPDataError(done.code, done.message)
+    return done
+
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+
+
+def _stuffed(message: bytes) -> bytes:
+    """The body as DATA carries it: CRLF line ends, leading dots doubled, ending in CRLF."""
+    body = _LEADING_DOT.sub(b"..", _BARE_LF.sub(b"\r\n", message))
+    return body if body.endswith(b"\r\n") else body + b"\r\n"
 
 
 def _describe(exc: BaseException) -> str:

@@ -265,6 +265,9 @@ class Catcher:
         self.reject_auth: str | bool | None = None
         self.reject_connect: str | bool | None = None
         self.require_auth = require_auth
+        # Called on the catcher's loop with (session number, message) when a final dot arrives
+        # and before the message is accepted: tests look at what the sender had recorded then.
+        self.on_dot: Callable[[int, bytes], None] | None = None
         self.host = host
         self.hostname = hostname
         self._user = user
@@ -522,6 +525,8 @@ class Catcher:
             if fault is not None and fault.stage == "data" and fault.applies(attempt)
         ]
         data = envelope.original_content or b""
+        if self.on_dot is not None:
+            self.on_dot(id(server), data)
         if any(fault.kind == "disconnect" for _, fault in active):
             _hang_up(server)
         stalls = [fault for _, fault in active if fault.kind == "stall"]

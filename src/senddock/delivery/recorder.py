@@ -1,0 +1,109 @@
+"""Group commit: the outcomes of every sender of a process, written together.
+
+A sender hands its outcome to the recorder and waits for it before the final dot of its next
+message, so each SMTP session still has at most one accepted, unrecorded message (invariant 3).
+While one group commits, the next gathers; one statement and one commit carry them all, which
+is most of what durability costs per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from senddock.delivery import queue
+from senddock.delivery.link import Link, one_line
+from senddock.delivery.queue import Outcome
+
+log = logging.getLogger("senddock.recorder")
+
+# An outcome waiting for its group, and the future its sender awaits.
+Waiting = tuple[Outcome, "asyncio.Future[bool]"]
+
+
+class Recorder:
+    """Writes outcomes in groups; `run()` until cancelled.
+
+    Up to `len(links)` groups commit at once, one per connection: an outcome handed over while
+    a commit is in flight waits for the next free connection, not for that commit to end.
+    """
+
+    def __init__(self, links: list[Link], owner: Callable[[], int]) -> None:
+        self.links = links
+        self.owner = owner
+        self._waiting: list[Waiting] = []
+        self._kick = asyncio.Event()
+        self._free: asyncio.Queue[Link] = asyncio.Queue()
+        for link in links:
+            self._free.put_nowait(link)
+        self._commits: set[asyncio.Task[None]] = set()
+        self.groups = 0
+        self.written = 0
+
+    def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
+        """Queue an outcome; the future says whether it was written (False: claim lost)."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((outcome, done))
+        self._kick.set()
+        return done
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self._kick.wait()
+                link = await self._free.get()
+                self._kick.clear()
+                group, self._waiting = self._waiting, []
+                if not group:
+                    self._free.put_nowait(link)
+                    continue
+                task = asyncio.create_task(self._commit(link, group))
+                self._commits.add(task)
+                task.add_done_callback(self._commits.discard)
+        finally:
+            for task in self._commits:
+                task.cancel()
+            await asyncio.gather(*self._commits, return_exceptions=True)
+            for link in self.links:
+                await link.close()
+
+    async def _commit(self, link: Link, group: list[Waiting]) -> None:
+        try:
+            written = await self._write(link, [o for o, _ in group])
+        except BaseException as exc:
+            for _, done in group:
+                if not done.done():
+                    done.set_exception(exc if isinstance(exc, Exception) else RuntimeError())
+            raise
+        finally:
+            self._free.put_nowait(link)
+        self.groups += 1
+        self.written += len(group)
+        for outcome, done in group:
+            if not done.done():
+                done.set_result(outcome.job.id in written)
+
+    async def _write(self, db: Link, outcomes: list[Outcome]) -> set[int]:
+        """Write a group once. If the commit is not acknowledged, read back before retrying."""
+        delay = 0.05
+        while True:
+            conn = await db.conn()
+            try:
+                return await queue.record_many(conn, self.owner(), outcomes)
+            except psycopg.OperationalError as exc:
+                log.warning("%d outcomes not acknowledged (%s)", len(outcomes), one_line(exc))
+                await db.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            try:
+                conn = await db.conn()
+                landed = await queue.landed_many(conn, self.owner(), [o.job for o in outcomes])
+            except psycopg.OperationalError:
+                await db.close()
+                continue
+            if landed:
+                # The group is one transaction: it committed, and what matched its fence is in.
+                return landed

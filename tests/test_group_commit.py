@@ -1,0 +1,133 @@
+"""Group commit and the held-back dot (invariant 3): outcomes share commits, never the window."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from senddock.delivery import queue
+from senddock.delivery.link import Link
+from senddock.delivery.outcome import Reply, Transition
+from senddock.delivery.queue import Job, Outcome
+from senddock.delivery.recorder import Recorder
+from senddock.testing import Catcher
+from senddock.testing.catcher import message_id_of
+from support import Conn, ThreadWorker, send_campaign, unfinished, wait_until
+
+SENT = Transition("sent")
+BOUNCED = Transition("failed", failure="bounced", suppress=True)
+OK = Reply("data", 250, "2.0.0 queued")
+NO_SUCH_USER = Reply("rcpt", 550, "5.1.1 no such user")
+
+
+def test_the_final_dot_waits_until_the_previous_message_is_recorded(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    """When a session's next message is accepted, its previous one is already `sent`."""
+    emails = [f"reader{i}@example.com" for i in range(400)]
+    _, bid = send_campaign(conn, "news", emails)
+    previous: dict[int, str] = {}
+    checked: list[str] = []
+    unrecorded: list[str] = []
+    lock = threading.Lock()
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as look:
+
+        def on_dot(session: int, data: bytes) -> None:
+            mid = message_id_of(data)
+            assert mid is not None
+            with lock:
+                before = previous.get(session)
+                previous[session] = mid
+                if before is None:
+                    return
+                row = look.execute(
+                    "SELECT status FROM broadcast_jobs WHERE message_id = %s", (before,)
+                ).fetchone()
+                checked.append(before)
+                if row is None or row["status"] == "sending":
+                    unrecorded.append(before)
+
+        catcher.on_dot = on_dot
+        with ThreadWorker(db_url, catcher.url, concurrency=5):
+            assert wait_until(lambda: unfinished(conn, bid) == 0, 60)
+        catcher.on_dot = None
+    assert unrecorded == [], f"{len(unrecorded)} accepted before the previous was recorded"
+    assert len(checked) >= len(emails) - 5 * 2  # every message but each session's first
+    assert catcher.delivered_once(emails)
+
+
+async def _claimed(db_url: str, owner: int, n: int) -> list[Job]:
+    async with await psycopg.AsyncConnection.connect(
+        db_url, autocommit=True, row_factory=dict_row
+    ) as c:
+        return await queue.claim(c, owner, n)
+
+
+async def _recorder(db_url: str, owner: int) -> tuple[Recorder, asyncio.Task[None]]:
+    """A recorder with one connection, running; cancel the task to stop it."""
+    recorder = Recorder([Link(db_url, lambda: False)], lambda: owner)
+    return recorder, asyncio.create_task(recorder.run())
+
+
+async def test_outcomes_handed_over_together_are_written_in_one_commit(
+    conn: Conn, db_url: str
+) -> None:
+    emails = [f"r{i}@example.com" for i in range(10)]
+    _, bid = send_campaign(conn, "news", emails)
+    assert wait_until(lambda: len(_rows(conn, bid)) == 10, 10)
+    owner = 7  # an owner id no live worker has: nobody rescues these claims
+    jobs = await _claimed(db_url, owner, 10)
+    assert len(jobs) == 10
+    recorder, task = await _recorder(db_url, owner)
+    bounce = jobs[0]
+    waiting = [
+        recorder.submit(Outcome(j, BOUNCED, NO_SUCH_USER) if j is bounce else Outcome(j, SENT, OK))
+        for j in jobs
+    ]
+    assert await asyncio.gather(*waiting) == [True] * 10
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert recorder.groups == 1 and recorder.written == 10
+    rows = _rows(conn, bid)
+    assert sorted(r["status"] for r in rows.values()) == ["failed"] + ["sent"] * 9
+    assert rows[bounce.email]["failure"] == "bounced"
+    suppressed = conn.execute(
+        "SELECT reason FROM suppressions WHERE lower(email) = lower(%s)", (bounce.email,)
+    ).fetchone()
+    assert suppressed is not None and suppressed["reason"] == "bounce"
+
+
+async def test_a_lost_claim_in_a_group_is_not_written_and_the_rest_are(
+    conn: Conn, db_url: str
+) -> None:
+    emails = [f"r{i}@example.com" for i in range(3)]
+    _, bid = send_campaign(conn, "news", emails)
+    assert wait_until(lambda: len(_rows(conn, bid)) == 3, 10)
+    jobs = await _claimed(db_url, 7, 3)
+    lost = jobs[1]
+    # A peer judged us dead and rescued this one job while its message was in flight.
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'retry', owner = NULL WHERE id = %s", (lost.id,)
+    )
+    recorder, task = await _recorder(db_url, 7)
+    results = await asyncio.gather(*(recorder.submit(Outcome(j, SENT, OK)) for j in jobs))
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert results == [True, False, True]
+    rows = _rows(conn, bid)
+    assert rows[lost.email]["status"] == "retry" and rows[lost.email]["owner"] is None
+    assert [rows[j.email]["status"] for j in (jobs[0], jobs[2])] == ["sent", "sent"]
+    # What a recorder reads back after a commit whose reply was lost: exactly what landed.
+    async with await psycopg.AsyncConnection.connect(
+        db_url, autocommit=True, row_factory=dict_row
+    ) as c:
+        assert await queue.landed_many(c, 7, jobs) == {jobs[0].id, jobs[2].id}
+
+
+def _rows(conn: Conn, bid: int) -> dict[str, dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM broadcast_jobs WHERE broadcast_id = %s", (bid,)).fetchall()
+    return {str(r["email"]): r for r in rows}

@@ -1,0 +1,101 @@
+"""`senddock worker --processes N`: N real worker processes under one parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from crash_support import addresses, campaign_done
+from senddock.testing import Catcher
+from support import Conn, send_campaign, unfinished, wait_until, worker_env
+
+CONCURRENCY = 3
+
+
+def _start(env: dict[str, str], log: Path, processes: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "senddock", "-v", "worker"]
+    argv += ["--processes", str(processes), "--concurrency", str(CONCURRENCY)]
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _children(conn: Conn) -> list[int]:
+    rows = conn.execute("SELECT pid FROM workers ORDER BY id").fetchall()
+    return [int(r["pid"]) for r in rows]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0) until reaped by init; it runs nothing.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] == "Z"
+
+
+def test_killing_the_parent_kills_every_worker_process_and_loses_nobody(
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+) -> None:
+    emails = addresses(3000)
+    cid, bid = send_campaign(conn, "news", emails)
+    env = worker_env(db_url, catcher.url)
+    parent = _start(env, tmp_path / "parent.log", 2)
+    try:
+        assert wait_until(lambda: len(_children(conn)) == 2, 30), tmp_path / "parent.log"
+        children = _children(conn)
+        assert parent.pid not in children  # the senders are the children
+        assert wait_until(lambda: catcher.received_count() >= 300, 60)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        # The kernel takes the children down with the parent: the same crash as one worker.
+        assert wait_until(lambda: all(_gone(p) for p in children), 10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert unfinished(conn, bid) > 0, "the kill came too late to test anything"
+    again = _start(env, tmp_path / "again.log", 2)
+    try:
+        assert wait_until(lambda: campaign_done(conn, cid), 120)
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(30) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+    counts = catcher.count_by_rcpt()
+    assert sorted(counts) == sorted(emails), "somebody was dropped"
+    duplicates = sum(n - 1 for n in counts.values())
+    # At most one accepted, unrecorded message per SMTP session in flight at the kill.
+    assert duplicates <= 2 * CONCURRENCY
+
+
+def test_sigterm_to_the_parent_stops_every_process_gracefully(
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+) -> None:
+    emails = addresses(3000)
+    _, bid = send_campaign(conn, "news", emails)
+    parent = _start(worker_env(db_url, catcher.url), tmp_path / "parent.log", 2)
+    try:
+        assert wait_until(lambda: len(_children(conn)) == 2, 30)
+        assert wait_until(lambda: catcher.received_count() >= 300, 60)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(30) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    # Each child finished its messages in flight, gave back the rest and deregistered.
+    assert _children(conn) == []
+    held = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s AND status = 'sending'",
+        (bid,),
+    ).fetchone()
+    assert held is not None and held["n"] == 0
+    assert catcher.duplicates() == {}
+    sent = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s AND status = 'sent'",
+        (bid,),
+    ).fetchone()
+    assert sent is not None and sent["n"] == catcher.received_count()
