@@ -17,6 +17,7 @@ import contextlib
 import email.utils
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -231,7 +232,27 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
         if n:
             conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
         chunk = Chunk(bid, n, hi, done)
+    _fresh_statistics(conn, chunk)
     return chunk
+
+
+# The claim's plan depends on broadcast_jobs' statistics. Autovacuum notices many new rows only
+# at its next pass (up to a minute): meanwhile the planner, believing the table small, walks the
+# whole broadcast on every claim (measured: 9 ms a claim at 20,000 jobs instead of 0.3 ms).
+ANALYZE_AFTER = 2_000
+ANALYZE_EVERY = 10.0
+_analyzed_at = 0.0
+
+
+def _fresh_statistics(conn: Conn, chunk: Chunk) -> None:
+    """ANALYZE after the first big chunk and at the end of a big enqueue, at most every 10 s."""
+    global _analyzed_at
+    if chunk.jobs < ANALYZE_AFTER:
+        return
+    now = time.monotonic()
+    if chunk.done or now - _analyzed_at >= ANALYZE_EVERY:
+        _analyzed_at = now
+        conn.execute("ANALYZE broadcast_jobs")
 
 
 def enqueue_all(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) -> int:
