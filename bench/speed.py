@@ -74,6 +74,7 @@ TARGET_RATIO = 0.9
 TARGET_RSS_MB = 100.0
 TARGET_FIRST_SEND_S = 1.0
 TARGET_SEND_TO_FIRST_S = 0.1
+MEMORY_SECONDS = 60.0
 
 SEED = """
 INSERT INTO subscribers (email, name)
@@ -473,6 +474,17 @@ def run_plain(plain: Plain, smtp_url: str, connections: int) -> Row:
 
 
 @dataclass
+class Memory:
+    """Worker peak RSS (VmHWM) for a small broadcast drained and a million-recipient one."""
+
+    small_n: int = 0
+    small_mb: float | None = None
+    big_n: int = 0
+    big_sent: int = 0
+    big_mb: float | None = None
+
+
+@dataclass
 class Latency:
     first_send_fresh: float | None = None
     first_send_after_kill: float | None = None
@@ -551,6 +563,41 @@ def run_latency(conn: Conn, url: str, logs: Path, repeats: int) -> Latency:
                 time.sleep(1.0)
         finally:
             stop_workers(procs)
+    return out
+
+
+def run_memory(conn: Conn, env: dict[str, str], logs: Path, small: int, big: int) -> Memory:
+    """Peak RSS of one default worker: `small` recipients drained, then the first part of a
+    `big` broadcast (enqueued by the worker itself while it sends) for MEMORY_SECONDS."""
+    out = Memory(small_n=small, big_n=big)
+    for n, tag in ((small, "memsmall"), (big, "membig")):
+        list_name = seed_audience(conn, n, tag)
+        cid = new_campaign(conn, list_name, f"memory {n}")
+        cli_send(env, cid)
+        procs = start_workers(env, 1, 5, logs / f"worker-memory-{n}.log")
+        try:
+            deadline = time.monotonic() + MEMORY_SECONDS
+            while time.monotonic() < deadline:
+                row = conn.execute(STATUS, (cid,)).fetchone()
+                if row is not None and row["status"] == "sent":
+                    break
+                time.sleep(0.5)
+            peak = peak_rss_mb(procs[0].pid)
+        finally:
+            stop_workers(procs)
+        sent = conn.execute(SPAN, (cid,)).fetchone()
+        if n == small:
+            out.small_mb = peak
+        else:
+            out.big_mb = peak
+            out.big_sent = int(sent["n"]) if sent else 0
+        # Leave the big broadcast behind: nothing else should send it.
+        conn.execute("UPDATE broadcasts SET status = 'cancelled' WHERE campaign_id = %s", (cid,))
+        conn.execute(
+            "DELETE FROM broadcast_enqueues WHERE broadcast_id IN"
+            " (SELECT id FROM broadcasts WHERE campaign_id = %s)",
+            (cid,),
+        )
     return out
 
 
@@ -644,7 +691,9 @@ def results_table(rows: list[Row], n: int) -> Table:
     return t
 
 
-def targets_table(rows: list[Row], lat: Latency | None) -> Table:
+def targets_table(
+    rows: list[Row], lat: Latency | None, mem: Memory | None, overhead: float
+) -> Table:
     t = Table(title="Issue 6 targets (measured in this run)")
     t.add_column("target")
     t.add_column("goal", justify="right")
@@ -674,13 +723,28 @@ def targets_table(rows: list[Row], lat: Latency | None) -> Table:
         fmt(peak, ".0f") + (" MB" if peak is not None else ""),
         verdict(None if peak is None else peak <= TARGET_RSS_MB),
     )
-    enq = [r.enqueue_s for r in senddock if r.enqueue_s is not None]
+    enq = [r.enqueue_s - overhead for r in senddock if r.enqueue_s is not None]
     if enq:
         t.add_row(
-            "`campaign send` returns (CLI wall, interpreter included)",
-            "< 0.1 s",
-            f"{max(enq):.2f} s",
+            "`campaign send` returns (CLI wall minus `senddock --help`)",
+            "< 100 ms",
+            f"worst {max(enq) * 1000:.0f} ms",
             verdict(max(enq) < 0.1),
+        )
+    if mem is not None:
+        flat = (
+            None
+            if mem.small_mb is None or mem.big_mb is None
+            else mem.big_mb <= max(mem.small_mb * 1.1, mem.small_mb + 5)
+        )
+        t.add_row(
+            f"worker peak RSS: {mem.small_n:,} recipients | {mem.big_n:,}"
+            f" ({mem.big_sent:,} sent in {MEMORY_SECONDS:.0f} s)",
+            f"<= {TARGET_RSS_MB:.0f} MB, flat",
+            f"{fmt(mem.small_mb, '.0f')} | {fmt(mem.big_mb, '.0f')} MB",
+            verdict(
+                None if flat is None or mem.big_mb is None else flat and mem.big_mb <= TARGET_RSS_MB
+            ),
         )
     if lat is not None:
         for what, value in (
@@ -751,6 +815,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", type=Path, help="py-spy the default worker for 10 s; raw output here"
     )
     parser.add_argument("--logs", type=Path, help="keep worker logs in this folder")
+    parser.add_argument(
+        "--memory",
+        type=int,
+        default=1_000_000,
+        help="recipients of the big broadcast of the memory run (0: skip it)",
+    )
     args = parser.parse_args(argv)
     n, c = args.messages, args.connections
     err = Console(stderr=True)
@@ -758,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     lat: Latency | None = None
+    mem: Memory | None = None
     configs = list(dict.fromkeys([(1, 5), (1, c), (2, c)]))
     with (
         database(args.database_url) as (url, postmaster),
@@ -797,11 +868,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_latency:
             with err.status("latency against the Catcher"):
                 lat = run_latency(conn, url, logs, args.repeats)
+        if args.memory:
+            with err.status(f"worker memory: 10,000 and {args.memory:,} recipients"):
+                mem = run_memory(conn, env, logs, 10_000, args.memory)
     out = Console()
     if not out.is_terminal:
         out = Console(width=200)
     out.print(results_table(rows, n))
-    out.print(targets_table(rows, lat))
+    out.print(targets_table(rows, lat, mem, overhead))
     for r in rows:
         for note in r.notes:
             out.print(f"[yellow]note:[/yellow] {note}")

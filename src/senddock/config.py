@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,9 +42,20 @@ class Settings(BaseSettings):
         return [float(s) for s in self.retry_schedule.split(",") if s.strip()]
 
 
+# Query parameters an SMTP URL may carry; anything else is a typo we refuse (a misspelt
+# `per_second` must not silently send unmetered).
+_URL_PARAMS = frozenset({"tls", "verify", "weight", "per_second", "per_minute", "per_hour", "name"})
+_SEPARATORS = re.compile(r"[\s,]+")
+
+
 @dataclass(frozen=True)
 class SmtpTarget:
-    """Where and how to reach the SMTP relay, parsed from SENDDOCK_SMTP_URL."""
+    """One SMTP relay, parsed from an entry of SENDDOCK_SMTP_URL.
+
+    `name` keys the relay's shared rate-limit state (default host:port); `weight` is its share
+    of the messages among healthy relays; `per_*` cap its messages per second/minute/hour
+    across every worker process (None: no cap).
+    """
 
     host: str
     port: int
@@ -51,26 +63,91 @@ class SmtpTarget:
     password: str | None
     tls: str  # none | starttls | tls
     verify: bool = True  # verify the server's certificate (verify=false for self-signed dev relays)
+    name: str = ""
+    weight: int = 1
+    per_second: int | None = None
+    per_minute: int | None = None
+    per_hour: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether any rate limit applies to this relay."""
+        return any(n is not None for n in (self.per_second, self.per_minute, self.per_hour))
 
     @classmethod
     def parse(cls, url: str) -> SmtpTarget:
+        """The first relay of the setting (every entry is checked).
+
+        One-off sends (test sends, opt-in confirmations) use it; workers use `parse_all`.
+        """
+        return cls.parse_all(url)[0]
+
+    @classmethod
+    def parse_all(cls, value: str) -> list[SmtpTarget]:
+        """Every relay of SENDDOCK_SMTP_URL: URLs separated by whitespace or commas."""
+        urls = [u for u in _SEPARATORS.split(value) if u]
+        if not urls:
+            raise ValueError("SMTP URL is empty")
+        targets = [cls._parse_one(u) for u in urls]
+        names = [t.name for t in targets]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two SMTP servers share the name {twice[0]!r}; give each a name=")
+        return targets
+
+    @classmethod
+    def _parse_one(cls, url: str) -> SmtpTarget:
         parts = urlsplit(url)
         if parts.scheme not in ("smtp", "smtps"):
             raise ValueError(f"SMTP URL must start with smtp:// or smtps://, got {url!r}")
-        query = parse_qs(parts.query)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(set(query) - _URL_PARAMS)
+        if unknown:
+            raise ValueError(f"unknown SMTP URL parameter {unknown[0]!r} in {_redacted(parts)}")
         default_tls = "tls" if parts.scheme == "smtps" else "none"
         tls = query.get("tls", [default_tls])[0]
         if tls not in ("none", "starttls", "tls"):
             raise ValueError(f"tls must be none, starttls or tls, got {tls!r}")
         default_port = {"none": 25, "starttls": 587, "tls": 465}[tls]
+        try:
+            port = parts.port or default_port
+        except ValueError as exc:  # a port that is not a number, or out of range
+            raise ValueError(f"bad port in SMTP URL {_redacted(parts)}") from exc
+        host = parts.hostname or "127.0.0.1"
+        name = query.get("name", [f"{host}:{port}"])[0].strip()
+        if not name:
+            raise ValueError("name= in an SMTP URL must not be empty")
         return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or default_port,
+            host=host,
+            port=port,
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password else None,
             tls=tls,
             verify=query.get("verify", ["true"])[0].lower() not in ("0", "false", "no"),
+            name=name,
+            weight=_count(query, "weight") or 1,
+            per_second=_count(query, "per_second"),
+            per_minute=_count(query, "per_minute"),
+            per_hour=_count(query, "per_hour"),
         )
+
+
+def _count(query: dict[str, list[str]], key: str) -> int | None:
+    """A positive whole number from the URL's query, or None when absent."""
+    if key not in query:
+        return None
+    raw = query[key][0].strip()
+    if not re.fullmatch(r"[0-9]{1,9}", raw) or int(raw) < 1:
+        raise ValueError(f"{key} must be a whole number >= 1, got {raw!r}")
+    return int(raw)
+
+
+def _redacted(parts: SplitResult) -> str:
+    """The URL without its password, for error messages."""
+    netloc = parts.hostname or ""
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    return f"{parts.scheme}://{netloc}"
 
 
 def load() -> Settings:
