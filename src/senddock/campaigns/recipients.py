@@ -25,6 +25,7 @@ COLUMNS = (
 )
 
 # One row per job, in enqueue order; a filter by job status or by failure reason.
+# In the order the subscribers joined: the jobs of one chunk are not inserted in that order.
 RECIPIENTS = """
 SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
        j.last_code, j.last_enhanced, j.last_reply
@@ -32,7 +33,7 @@ FROM broadcast_jobs j
 WHERE j.broadcast_id = %(b)s
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
-ORDER BY j.id
+ORDER BY j.subscriber_id
 """
 
 LOCK = """

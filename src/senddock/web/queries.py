@@ -117,7 +117,7 @@ WHERE j.broadcast_id = %(b)s
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
   AND (%(q)s::text IS NULL OR j.email ILIKE %(q)s)
-ORDER BY j.id
+ORDER BY j.subscriber_id
 LIMIT %(limit)s OFFSET %(offset)s
 """
 
