@@ -32,6 +32,14 @@ class SmtpSession:
     def connected(self) -> bool:
         return self._smtp is not None and self._smtp.is_connected
 
+    async def open(self) -> Reply | None:
+        """Open the session now unless it is open: None, or the Reply that ended the try.
+
+        The worker opens before it waits for a rate-limit permit, so the permit is spent at
+        MAIL FROM and not on a handshake.
+        """
+        return None if self.connected else await self._open()
+
     async def _open(self) -> Reply | None:
         """Connect, EHLO, STARTTLS and AUTH as the URL says; a Reply on failure, else None."""
         t = self.target

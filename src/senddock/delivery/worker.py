@@ -1,10 +1,13 @@
 """`senddock worker`: N concurrent senders in one process, plus its heartbeat and rescuer.
 
-Each sender owns one SMTP session. It claims a small batch, and for each job renders and sends
-outside any transaction, then hands the outcome to the process's recorder (delivery/recorder.py),
-which commits the outcomes of all senders in groups. A sender goes on with its next message at
-once, but that message's final dot waits until the previous outcome is committed, so a session
-never has two accepted, unrecorded messages (invariant 3). Database faults are retried with
+Each sender sends one message at a time, over one SMTP session per server it uses: each message
+picks its server by weight among the healthy ones (delivery/servers.py) and waits for that
+server's rate-limit permit before MAIL FROM (delivery/ratelimit.py). It claims a small batch,
+and for each job renders and sends outside any transaction, then hands the outcome to the
+process's recorder (delivery/recorder.py), which commits the outcomes of all senders in groups.
+A sender goes on with its next message at once, but that message's final dot waits until the
+previous outcome is committed, so a sender (and so each session) never has two accepted,
+unrecorded messages (invariant 3). Database faults are retried with
 backoff; an outcome whose commit was not acknowledged is read back before it is written again.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import signal
@@ -28,7 +32,9 @@ from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
 from senddock.delivery.queue import NOTIFY_CHANNEL, Job, Outcome
+from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, RateLimiter
 from senddock.delivery.recorder import Recorder
+from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_failed
 from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
 
@@ -44,8 +50,10 @@ class Shared:
     """What the senders of one process share. Nothing here needs to survive a crash."""
 
     settings: Settings
-    target: SmtpTarget
+    servers: ServerPool
     url: str
+    # Rate limits of the servers that have any, by server name (delivery/ratelimit.py).
+    limiters: dict[str, RateLimiter] = field(default_factory=dict)
     worker_id: int = 0
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -67,17 +75,23 @@ class Shared:
         return not self.declared_dead and age < self.settings.lease_seconds / 2
 
 
+class Unsent(enum.Enum):
+    """Why a claimed job goes back without being sent."""
+
+    STOP = "stop"  # stopping or declared dead: the rest of the batch goes back too
+    PAUSED = "paused"  # its broadcast was paused while it waited for a permit
+
+
 class Sender:
-    """One concurrent sender: an SMTP session, and one message past its final dot at a time."""
+    """One concurrent sender: its SMTP sessions, and one message past its final dot at a time."""
 
     def __init__(self, shared: Shared, index: int, recorder: Recorder) -> None:
         self.s = shared
         self.index = index
         self.recorder = recorder
         self.db = Link(shared.url, shared.stopping.is_set)
-        self.smtp = SmtpSession(
-            shared.target, shared.settings.smtp_timeout, verify_certs=shared.target.verify
-        )
+        # One session per server this sender has used; each message picks its server.
+        self.sessions: dict[str, SmtpSession] = {}
         self.connect_backoff = 0.0
         self.worked = False
         # The outcome last handed to the recorder. The next message's final dot waits for it
@@ -105,7 +119,8 @@ class Sender:
                 await self._send_batch(jobs)
         finally:
             await self._settle()
-            await self.smtp.quit()
+            for session in self.sessions.values():
+                await session.quit()
             await self.db.close()
 
     async def _settle(self) -> None:
@@ -152,12 +167,13 @@ class Sender:
             if job.broadcast_id in self.s.paused:
                 await self._give_back([job])
                 continue
-            while not self.s.fresh():
-                if self.s.declared_dead:
-                    await self._give_back(jobs[i:])
-                    return
-                await asyncio.sleep(0.1)
-            reply = await self._attempt(job)
+            reply = await self._deliver(job)
+            if reply is Unsent.STOP:  # stopping, or declared dead, before it was sent
+                await self._give_back(jobs[i:])
+                return
+            if reply is Unsent.PAUSED:  # paused while it waited for a permit
+                await self._give_back([job])
+                continue
             verdict = judge(reply)
             await self._record(job, verdict, reply)
             if verdict is Verdict.TRANSIENT and reply.stage in SENDER_STAGES:
@@ -171,14 +187,87 @@ class Sender:
                 return
             self.connect_backoff = 0.0
 
-    async def _attempt(self, job: Job) -> Reply:
+    async def _deliver(self, job: Job) -> Reply | Unsent:
+        """Render, pick a server, wait for its permit, send; or say why it goes back unsent.
+
+        A server that cannot be reached is marked down and the job, never charged for it,
+        goes at once to another server while one is usable; when none is, its failure stands.
+        """
         try:
             message, envelope_from = await self._compiled(job.broadcast_id)
             rcpt = Recipient(job.email, job.name, job.attributes, job.subscriber_id)
             data = message.render(rcpt, job.message_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
-        return await self.smtp.send(envelope_from, job.email, data, before_dot=self._settle)
+        tries = len(self.s.servers.targets)
+        while True:
+            target = self.s.servers.pick()
+            session = self._session(target)
+            reply = None if session.connected else await session.open()
+            if reply is None:
+                unsent = await self._metered(target, session, job)
+                if unsent is not None:
+                    self.s.servers.settled(target.name)
+                    return unsent
+                reply = await session.send(envelope_from, job.email, data, before_dot=self._settle)
+            if not connection_failed(reply):
+                if reply.stage in CONNECTION_STAGES:
+                    self.s.servers.settled(target.name)  # a 5xx about us: outcome.py judges it
+                else:
+                    self.s.servers.succeeded(target.name)
+                return reply
+            self.s.servers.failed(target.name)
+            tries -= 1
+            if tries <= 0 or not self.s.servers.any_usable():
+                return reply
+            log.warning(
+                "SMTP server %s unreachable (%s); sending job %s via another",
+                target.name,
+                reply.summary(),
+                job.id,
+            )
+
+    async def _metered(self, target: SmtpTarget, session: SmtpSession, job: Job) -> Unsent | None:
+        """Wait for the server's permit and for leave to start; None when MAIL FROM may go.
+
+        A permit whose window ended meanwhile is void (its window counted it): take another.
+        """
+        limiter = self.s.limiters.get(target.name)
+        if limiter is None and self.s.fresh() and job.broadcast_id not in self.s.paused:
+            return None  # the common case, without a wait
+        while True:
+            permit = UNMETERED
+            if limiter is not None:
+                waited = time.monotonic()
+                taken = await limiter.take()
+                if taken is None:
+                    return Unsent.STOP
+                permit = taken
+                if time.monotonic() - waited > LONG_WAIT:
+                    await session.quit()  # idle that long, the relay may have dropped it
+            unsent = await self._may_start(job)
+            if unsent is not None:
+                if limiter is not None:
+                    limiter.give_back(permit)
+                return unsent
+            if permit.valid():
+                return None
+
+    def _session(self, target: SmtpTarget) -> SmtpSession:
+        session = self.sessions.get(target.name)
+        if session is None:
+            timeout = self.s.settings.smtp_timeout
+            session = SmtpSession(target, timeout, verify_certs=target.verify)
+            self.sessions[target.name] = session
+        return session
+
+    async def _may_start(self, job: Job) -> Unsent | None:
+        """Wait until this process may start a message (its lease held); None when it may."""
+        while not self.s.fresh():
+            if self.s.declared_dead:
+                return Unsent.STOP
+            await asyncio.sleep(0.1)
+        return Unsent.PAUSED if job.broadcast_id in self.s.paused else None
 
     async def _compiled(self, broadcast_id: int) -> tuple[CompiledMessage, str]:
         found = self.s.compiled.get(broadcast_id)
@@ -251,7 +340,16 @@ class Worker:
         self.url = url
         self.concurrency = concurrency
         self.ident = rescuer.Identity.current()
-        self.shared = Shared(settings=settings, target=SmtpTarget.parse(settings.smtp_url), url=url)
+        targets = SmtpTarget.parse_all(settings.smtp_url)
+        pool = ServerPool(targets, probe_timeout=settings.smtp_timeout + 5)
+        self.shared = Shared(settings=settings, servers=pool, url=url)
+        # One connection takes the permits of every rate-limited server: permits come in
+        # batches, so at most about 20 statements a second per server.
+        self.permits = Link(url, self.shared.stopping.is_set)
+        for t in targets:
+            if t.limited:
+                limiter = RateLimiter(t, self.permits, self.shared.stopping)
+                self.shared.limiters[t.name] = limiter
         self.hb = Link(url, self.shared.stopping.is_set)
 
     def _owner(self) -> int:
@@ -421,6 +519,7 @@ class Worker:
             )
         finally:
             await self.hb.close()
+            await self.permits.close()
         log.info(
             "worker %s stopped after %d messages sent", self.shared.worker_id, self.shared.sent
         )
