@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -178,3 +179,23 @@ def start_worker(
 
 def db(url: str) -> Conn:
     return connect(url)
+
+
+def plan_nodes(conn: Conn, sql: str, params: Any) -> list[dict[str, Any]]:
+    """Every node (and every other object) of `EXPLAIN (FORMAT JSON) sql`, depth first."""
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    plan = row["QUERY PLAN"]
+    found: list[dict[str, Any]] = []
+
+    def walk(part: Any) -> None:
+        if isinstance(part, dict):
+            found.append(part)
+            for value in part.values():
+                walk(value)
+        elif isinstance(part, list):
+            for item in part:
+                walk(item)
+
+    walk(json.loads(plan) if isinstance(plan, str) else plan)
+    return found

@@ -8,37 +8,20 @@ finished rows as on an empty one.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 from senddock.campaigns import broadcast
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.delivery.queue import CLAIM
-from support import Conn, new_campaign, seed_list
+from support import Conn, new_campaign, plan_nodes, seed_list
 
 FINISHED = 50_000
 PENDING = 500
 CLAIM_PARAMS = {"n": 10, "owner": 1}
 
 
-def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
-    """Every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
-    if isinstance(plan, dict):
-        yield plan
-        for value in plan.values():
-            yield from _nodes(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            yield from _nodes(item)
-
-
 def _explain(conn: Conn) -> list[dict[str, Any]]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + CLAIM, CLAIM_PARAMS).fetchone()
-    assert row is not None
-    plan = row["QUERY PLAN"]
-    parsed: Any = json.loads(plan) if isinstance(plan, str) else plan
-    return list(_nodes(parsed))
+    return plan_nodes(conn, CLAIM, CLAIM_PARAMS)
 
 
 def _seed_mixed_queue(conn: Conn) -> int:

@@ -6,8 +6,6 @@ rows the queue holds, counts are an index-only read, and retention deletes old j
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Iterator
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -18,28 +16,14 @@ from senddock.campaigns.campaigns import COUNTS
 from senddock.delivery import cleaner
 from senddock.delivery.queue import CLAIM
 from senddock.testing import Catcher
-from support import Conn, ThreadWorker, send_campaign, wait_until
+from support import Conn, ThreadWorker, plan_nodes, send_campaign, wait_until
 
 FINISHED = 100_000
 CLAIMABLE = 300
 
 
-def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
-    """Every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
-    if isinstance(plan, dict):
-        yield plan
-        for value in plan.values():
-            yield from _nodes(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            yield from _nodes(item)
-
-
 def _plan(conn: Conn, sql: str, params: Any) -> list[dict[str, Any]]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
-    assert row is not None
-    plan = row["QUERY PLAN"]
-    return list(_nodes(json.loads(plan) if isinstance(plan, str) else plan))
+    return plan_nodes(conn, sql, params)
 
 
 def _finished_queue(conn: Conn) -> int:
