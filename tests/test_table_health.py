@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from senddock.campaigns import status
+from senddock.campaigns import CampaignError, retry_failed, status
 from senddock.campaigns.campaigns import COUNTS
 from senddock.delivery import cleaner
 from senddock.delivery.queue import CLAIM
@@ -145,3 +146,18 @@ def test_a_big_enqueue_claims_through_the_claimable_index_without_waiting_for_au
     # The locking scan reads the partial index; the UPDATE finds each row by its primary key.
     assert picked == {"broadcast_jobs_claimable", "broadcast_jobs_pkey"}, picked
     assert not [n for n in nodes if n.get("Node Type") == "BitmapAnd"]
+
+
+def test_retry_failed_after_retention_says_the_recipients_are_gone(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    cid = _sent_campaign(conn, db_url, catcher, "gone", 10)
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'failed', failure = 'exhausted'"
+        " WHERE email = 'gone0@example.com'"
+    )
+    _age(conn, cid, 120)
+    assert _run(_clean(db_url, 90)) == 10
+    with pytest.raises(CampaignError, match="deleted by retention"):
+        retry_failed(conn, cid)
+    assert status(conn, cid)["status"] == "sent"  # nothing reopened

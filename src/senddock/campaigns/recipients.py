@@ -41,8 +41,9 @@ SELECT c.status, c.broadcast_id, b.status AS broadcast_status
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id
 WHERE c.id = %s FOR UPDATE OF c
 """
-# Locks the broadcast row and marks that its jobs moved back from a final state.
-BUMP = "UPDATE broadcasts SET generation = generation + 1 WHERE id = %s"
+# Locks the broadcast row and marks that its jobs moved back from a final state. Retention
+# (delivery/cleaner.py) sets purged_at under the same row lock before deleting the jobs.
+BUMP = "UPDATE broadcasts SET generation = generation + 1 WHERE id = %s RETURNING purged_at"
 # The failed jobs whose address is not suppressed (now) go back to the queue with a fresh
 # retry budget; their Message-ID stays (invariant 9). Jobs of suppressed addresses stay failed.
 REQUEUE = """
@@ -115,7 +116,12 @@ def retry_failed(conn: Conn, campaign_id: int) -> int:
         if c["status"] == "cancelled":
             raise CampaignError(f"campaign {campaign_id} is cancelled")
         bid = int(c["broadcast_id"])
-        conn.execute(BUMP, (bid,))
+        bumped = conn.execute(BUMP, (bid,)).fetchone()
+        if bumped is not None and bumped["purged_at"] is not None:
+            raise CampaignError(
+                f"campaign {campaign_id}: its recipients were deleted by retention on"
+                f" {bumped['purged_at']:%Y-%m-%d} (SENDDOCK_RETENTION_DAYS); nothing to retry"
+            )
         n = conn.execute(REQUEUE, {"b": bid}).rowcount
         if n:
             conn.execute(REOPEN, {"b": bid})
