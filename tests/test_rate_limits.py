@@ -85,6 +85,9 @@ def test_two_worker_processes_share_one_limit(
     emails = addresses(limit * 7)
     cid, bid = send_campaign(conn, "news", emails)
     env = worker_env(db_url, _limited(catcher, per_second=limit))
+    # Small claims, so that both processes hold some of these 210 jobs (5 senders x 50 would
+    # let the first process claim them all): what is tested is that they share one limit.
+    env["SENDDOCK_CLAIM_BATCH"] = "10"
     workers = [start_worker(env, log=tmp_path / f"w{i}.log") for i in range(2)]
     try:
         assert wait_until(lambda: campaign_done(conn, cid), 60)

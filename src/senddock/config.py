@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     sender_fault_limit: int = Field(default=3, ge=1)
     # A job sent back this many times by replies about us fails as rejected.
     job_sender_fault_limit: int = Field(default=5, ge=1)
-    claim_batch: int = Field(default=10, ge=1)
+    claim_batch: int = Field(default=50, ge=1)
     # Jobs of broadcasts that ended more than this many days ago are deleted, their counts
     # kept (delivery/cleaner.py); 0 keeps them forever.
     retention_days: int = Field(default=90, ge=0)
