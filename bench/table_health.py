@@ -3,8 +3,9 @@
     .venv/bin/python bench/table_health.py                  # 10,000,000 finished rows
     .venv/bin/python bench/table_health.py --rows 1000000 --jobs 20000
 
-Runs the real queue SQL (delivery/queue.py `claim`, then `record` of each job as sent, each
-outcome its own commit, as a worker's senders do) from `--sessions` concurrent connections
+Runs the real queue SQL (delivery/queue.py `claim`, then `record_many` of each job alone as
+sent: one commit per outcome, the worst case, since a worker groups them) from `--sessions`
+concurrent connections
 until `--jobs` jobs are drained (best of two, after a warm-up drain): first with no finished
 rows in `broadcast_jobs` but those of the drains, then after adding `--rows` finished (`sent`)
 rows with generate_series SQL (500 past broadcasts to the same subscribers, vacuumed as
@@ -72,7 +73,8 @@ async def _session(url: str, batch: int, done: list[int]) -> None:
             if not jobs:
                 return
             for job in jobs:
-                assert await queue.record(conn, job, OWNER, ok, reply)
+                outcome = [queue.Outcome(job, ok, reply)]  # one commit per outcome, as before
+                assert await queue.record_many(conn, OWNER, outcome) == {job.id}
             done[0] += len(jobs)
 
 

@@ -72,25 +72,6 @@ WHERE c.status = 'sending'
 ORDER BY c.id
 """
 
-# Invariant 4: fenced on (id, owner, attempt, status = 'sending'). The owner stays on the row
-# so a write whose commit was lost with the connection can be recognised afterwards.
-RECORD = """
-UPDATE broadcast_jobs
-SET status        = %(status)s,
-    failure       = %(failure)s,
-    attempts      = attempts - %(give_back)s,
-    sender_faults = sender_faults + %(sender_fault)s,
-    run_at        = now() + make_interval(secs => %(delay)s),
-    sent_at       = CASE WHEN %(status)s = 'sent' THEN now() END,
-    last_code     = %(code)s,
-    last_enhanced = %(enhanced)s,
-    last_reply    = %(reply)s,
-    last_stage    = %(stage)s,
-    updated_at    = now()
-WHERE id = %(id)s AND owner = %(owner)s AND attempts = %(attempt)s AND status = 'sending'
-RETURNING id
-"""
-
 # Invariants 3 and 4 with group commit: the outcomes of many sessions in one statement, each
 # row fenced exactly as RECORD fences one. Only the rows returned were written.
 RECORD_MANY = """
@@ -127,19 +108,6 @@ WHERE lower(email) = ANY(%(lowered)s::text[])
 READ_BACK_MANY = """
 SELECT id, status, owner, attempts FROM broadcast_jobs WHERE id = ANY(%(ids)s::bigint[])
 """
-
-# Invariant 6: a bounce suppresses the address in the same transaction as the job's failure.
-SUPPRESS_BOUNCE = """
-INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
-VALUES (%(email)s, 'bounce', %(broadcast_id)s, %(reply)s)
-ON CONFLICT ((lower(email))) DO NOTHING
-"""
-TAG_BOUNCED = """
-UPDATE subscribers SET status = 'bounced', updated_at = now() WHERE lower(email) = lower(%(email)s)
-"""
-
-# What a write whose commit was not acknowledged left behind (see `record`).
-READ_BACK = "SELECT status, owner, attempts FROM broadcast_jobs WHERE id = %(id)s"
 
 # Claims this process holds but never started (shutdown, or a claim whose commit reply was
 # lost): back to where they were, the attempt given back. Fenced like an outcome.
@@ -252,20 +220,6 @@ def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[st
     }
 
 
-async def record(conn: AsyncConn, job: Job, owner: int, t: Transition, reply: Reply) -> bool:
-    """Write one outcome, fenced on the claim. False: the claim was lost (rescued or released)."""
-    params = _record_params(job, owner, t, reply)
-    async with conn.transaction():
-        cur = await conn.execute(RECORD, params)
-        if await cur.fetchone() is None:
-            return False
-        if t.suppress:
-            bounce = {"email": job.email, "broadcast_id": job.broadcast_id, "reply": reply.text}
-            await conn.execute(SUPPRESS_BOUNCE, bounce)
-            await conn.execute(TAG_BOUNCED, bounce)
-    return True
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What one attempt came to: the job, its transition and the reply that decided it."""
@@ -303,8 +257,9 @@ async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> s
 async def landed_many(conn: AsyncConn, owner: int, jobs: list[Job]) -> set[int]:
     """After a `record_many` whose commit was never acknowledged: the ids whose outcome landed.
 
-    The same test as `landed`, for a group. The group is one transaction, so either every
-    outcome that matched its fence landed, or none did.
+    An outcome landed if its row is no longer our claim at this attempt yet still names us as
+    owner (an outcome keeps the owner; a rescue or release clears it). The group is one
+    transaction, so either every outcome that matched its fence landed, or none did.
     """
     cur = await conn.execute(READ_BACK_MANY, {"ids": [j.id for j in jobs]})
     rows = {int(r["id"]): r for r in await cur.fetchall()}
@@ -316,19 +271,6 @@ async def landed_many(conn: AsyncConn, owner: int, jobs: list[Job]) -> set[int]:
         if row["status"] != "sending" or row["attempts"] != job.attempts:
             found.add(job.id)
     return found
-
-
-async def landed(conn: AsyncConn, job: Job, owner: int) -> bool:
-    """After a `record` whose commit was never acknowledged: did it land?
-
-    It did if the row is no longer our claim at this attempt yet still names us as owner
-    (an outcome keeps the owner; a rescue or release clears it).
-    """
-    cur = await conn.execute(READ_BACK, {"id": job.id})
-    row = await cur.fetchone()
-    if row is None or row["owner"] != owner:
-        return False
-    return bool(row["status"] != "sending" or row["attempts"] != job.attempts)
 
 
 async def release(conn: AsyncConn, owner: int, jobs: list[Job]) -> None:
