@@ -49,6 +49,7 @@ from rich.table import Table
 
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import compose, create_campaign
+from senddock.cli import DEFAULT_CONCURRENCY, default_processes
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.messages import CompiledMessage, LinkSettings, Recipient
@@ -105,6 +106,7 @@ class Row:
     seconds: float
     cpu: float | None = None  # worker (or loop) process CPU seconds, user + sys
     db_cpu: float | None = None  # Postgres backends' CPU seconds during the drain
+    sink_cpu: float | None = None  # smtp-sink's CPU seconds during the drain
     rss_mb: float | None = None  # peak RSS of the biggest worker process
     enqueue_s: float | None = None  # `campaign send` wall time (CLI, interpreter included)
     wall: float | None = None  # worker start to campaign `sent`
@@ -136,8 +138,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def smtp_sink() -> Iterator[str]:
-    """Postfix's smtp-sink on 127.0.0.1 (backlog 1000); its SMTP URL."""
+def smtp_sink() -> Iterator[tuple[str, int]]:
+    """Postfix's smtp-sink on 127.0.0.1 (backlog 1000); its SMTP URL and pid."""
     exe = shutil.which("smtp-sink") or "/usr/sbin/smtp-sink"
     if not os.path.exists(exe):
         sys.exit("Postfix's smtp-sink is not installed (apt-get install postfix)")
@@ -156,7 +158,7 @@ def smtp_sink() -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield f"smtp://127.0.0.1:{port}?tls=none"
+        yield f"smtp://127.0.0.1:{port}?tls=none", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -194,6 +196,19 @@ def database(given: str | None) -> Iterator[tuple[str, int | None]]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of one live process."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return float(t.user + t.system)
+
+
+def cpu_delta(before: float | None, after: float | None) -> float | None:
+    return after - before if before is not None and after is not None else None
 
 
 def backends_cpu(postmaster: int | None) -> float | None:
@@ -275,6 +290,12 @@ def cli_overhead(env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
+# `senddock worker` without flags: this many processes, each with this many SMTP sessions.
+DEFAULTS = (default_processes(None), DEFAULT_CONCURRENCY)
+# One worker process each: this script starts as many as a run asks for.
+WORKER = [sys.executable, "-m", "senddock", "worker", "--processes", "1"]
+
+
 def start_workers(
     env: dict[str, str], processes: int, concurrency: int, log: Path
 ) -> list[subprocess.Popen[bytes]]:
@@ -282,7 +303,7 @@ def start_workers(
     try:
         return [
             subprocess.Popen(
-                [sys.executable, "-m", "senddock", "worker", "--concurrency", str(concurrency)],
+                [*WORKER, "--concurrency", str(concurrency)],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -329,8 +350,9 @@ def run_senddock(
     profile: Path | None,
     err: Console,
 ) -> Row:
-    workers = f"{processes} worker{'s' if processes > 1 else ''}"
-    label = f"(a) SendDock {workers} --concurrency {concurrency}"
+    label = f"(a) SendDock --processes {processes} --concurrency {concurrency}"
+    if (processes, concurrency) == DEFAULTS:
+        label += " (defaults)"
     cid = new_campaign(conn, list_name, f"speed {processes}x{concurrency} {time.time_ns()}")
     enqueue = cli_send(env, cid)
     db0 = backends_cpu(postmaster)
@@ -668,6 +690,7 @@ def results_table(rows: list[Row], n: int) -> Table:
         ("proc CPU s", "right"),
         ("msg/s per core", "right"),
         ("Postgres CPU s", "right"),
+        ("smtp-sink CPU s", "right"),
         ("worker peak RSS MB", "right"),
         ("campaign send s", "right"),
         ("start to sent s", "right"),
@@ -684,6 +707,7 @@ def results_table(rows: list[Row], n: int) -> Table:
             fmt(r.cpu, ".1f"),
             fmt(r.per_core, ",.0f"),
             fmt(r.db_cpu, ".1f"),
+            fmt(r.sink_cpu, ".1f"),
             fmt(r.rss_mb, ".0f"),
             fmt(r.enqueue_s, ".2f"),
             fmt(r.wall, ".1f"),
@@ -706,12 +730,12 @@ def targets_table(
         return "[green]yes[/green]" if ok else "[red]no[/red]"
 
     senddock = [r for r in rows if r.baseline is not None]
-    default = next((r for r in senddock if "1 worker --concurrency 5" in r.variant), None)
+    default = next((r for r in senddock if r.variant.endswith("(defaults)")), None)
     for r in senddock:
         ratio = r.ratio
         mark = " (default settings)" if r is default else ""
         t.add_row(
-            f"drain rate (a)/(b): {r.variant[13:]}{mark}",
+            f"drain rate (a)/(b): {r.variant[13:].removesuffix(' (defaults)')}{mark}",
             f">= {TARGET_RATIO}",
             fmt(ratio, ".2f"),
             verdict(None if ratio is None else ratio >= TARGET_RATIO),
@@ -801,11 +825,28 @@ def chart(rows: list[Row], n: int, path: Path, err: Console) -> None:
 # -- main ------------------------------------------------------------------------------------
 
 
+def parse_configs(text: str) -> list[tuple[int, int]]:
+    """ "1x5,2x5" -> [(1, 5), (2, 5)]."""
+    try:
+        pairs = [tuple(int(v) for v in part.split("x")) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not PxC[,PxC...]: {text!r}") from None
+    if not pairs or any(len(p) != 2 or min(p) < 1 for p in pairs):
+        raise argparse.ArgumentTypeError(f"not PxC[,PxC...]: {text!r}")
+    return [(p[0], p[1]) for p in pairs]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20_000, help="messages per variant")
     parser.add_argument(
         "--connections", type=int, default=10, help="C: --concurrency of the wider worker runs"
+    )
+    parser.add_argument(
+        "--configs",
+        type=parse_configs,
+        help="SendDock runs as PROCESSESxCONCURRENCY, comma-separated (default: the defaults"
+        " of `senddock worker`, 1xC, and the default processes x C)",
     )
     parser.add_argument("--png", type=Path, default=Path("speed.png"), help="chart path")
     parser.add_argument("--database-url", help="a server to make a throwaway database on")
@@ -829,10 +870,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     lat: Latency | None = None
     mem: Memory | None = None
-    configs = list(dict.fromkeys([(1, 5), (1, c), (2, c)]))
+    configs = args.configs or list(dict.fromkeys([DEFAULTS, (1, c), (DEFAULTS[0], c)]))
     with (
         database(args.database_url) as (url, postmaster),
-        smtp_sink() as sink,
+        smtp_sink() as (sink, sink_pid),
         connect(url) as conn,
     ):
         env = env_for(url, sink)
@@ -844,11 +885,14 @@ def main(argv: list[str] | None = None) -> int:
         plain = plain_inputs(conn, list_name, warm)
         for conns in sorted({p * k for p, k in configs}):
             with err.status(f"(b) plain loop, {conns} connections"):
+                s0 = process_cpu(sink_pid)
                 baselines[conns] = run_plain(plain, sink, conns)
+                baselines[conns].sink_cpu = cpu_delta(s0, process_cpu(sink_pid))
             err.print(f"(b) {conns} connections: {baselines[conns].rate:,.0f} msg/s")
         del plain
         for i, (procs, conc) in enumerate(configs):
             with err.status(f"(a) SendDock {procs}x{conc}"):
+                s0 = process_cpu(sink_pid)
                 row = run_senddock(
                     conn,
                     env,
@@ -861,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.profile if i == 0 else None,
                     err,
                 )
+            row.sink_cpu = cpu_delta(s0, process_cpu(sink_pid))
             row.baseline = baselines[row.connections]
             err.print(f"(a) {procs}x{conc}: {row.rate:,.0f} msg/s")
             rows.append(row)

@@ -164,13 +164,17 @@ def senddock(
     )
 
 
+# One worker process (`senddock worker` alone runs one per core).
+WORKER = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "1"]
+
+
 def start_worker(
     env: dict[str, str], concurrency: int = 5, log: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Start a real `senddock worker` process."""
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "senddock", "-v", "worker", "--concurrency", str(concurrency)],
+        [*WORKER, "--concurrency", str(concurrency)],
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from crash_support import addresses, campaign_done
+from senddock.cli import DEFAULT_CONCURRENCY, MAX_AUTO_PROCESSES
 from senddock.testing import Catcher
 from support import Conn, send_campaign, unfinished, wait_until, worker_env
 
@@ -99,3 +100,28 @@ def test_sigterm_to_the_parent_stops_every_process_gracefully(
         (bid,),
     ).fetchone()
     assert sent is not None and sent["n"] == catcher.received_count()
+
+
+def test_worker_without_flags_runs_one_process_per_core_up_to_the_cap(
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+) -> None:
+    expected = min(len(os.sched_getaffinity(0)), MAX_AUTO_PROCESSES)
+    log = tmp_path / "worker.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "senddock", "-v", "worker"],
+            env=worker_env(db_url, catcher.url),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        assert wait_until(lambda: len(_children(conn)) == expected, 30), log.read_text()
+        rows = conn.execute("SELECT pid, concurrency FROM workers").fetchall()
+        assert [r["concurrency"] for r in rows] == [DEFAULT_CONCURRENCY] * expected
+        assert proc.pid not in {r["pid"] for r in rows} or expected == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _children(conn) == []

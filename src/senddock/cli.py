@@ -57,6 +57,21 @@ class Fail(click.ClickException):
         return " ".join(self.message.split())
 
 
+# `senddock worker` without flags: one process per core (at most this many), each with
+# DEFAULT_CONCURRENCY SMTP sessions. The cap keeps a big machine from opening more sessions to
+# one relay than a small relay tolerates (Postfix allows 50 per client by default).
+DEFAULT_CONCURRENCY = 5
+MAX_AUTO_PROCESSES = 4
+
+
+def default_processes(asked: int | None) -> int:
+    """The worker processes to run: as asked; 0 is one per core; None is the default."""
+    cores = len(os.sched_getaffinity(0))
+    if asked is None:
+        return min(cores, MAX_AUTO_PROCESSES)
+    return asked or cores
+
+
 def settings() -> Settings:
     try:
         s = load()
@@ -294,23 +309,27 @@ def workers_cmd(as_json: bool) -> None:
 
 
 @cli.command("worker")
-@click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
+@click.option(
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 500),
+    help="SMTP sessions (senders) per worker process.",
+)
 @click.option(
     "--processes",
-    default=1,
-    show_default=True,
     type=click.IntRange(0, 256),
-    help="Worker processes, each with --concurrency SMTP sessions (0: one per core).",
+    help=f"Worker processes, each with --concurrency SMTP sessions (0: one per core)."
+    f"  [default: one per core, at most {MAX_AUTO_PROCESSES}]",
 )
-def worker_cmd(concurrency: int, processes: int) -> None:
+def worker_cmd(concurrency: int, processes: int | None) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
     from senddock.delivery.processes import run_processes
     from senddock.delivery.worker import run_worker
 
     s = settings()
     url = current_database(s)
-    if processes == 0:
-        processes = len(os.sched_getaffinity(0))
+    processes = default_processes(processes)
     if processes > 1:
         verbose = logging.getLogger().isEnabledFor(logging.INFO)
         sys.exit(run_processes(processes, concurrency, verbose))

@@ -285,7 +285,8 @@ class Demo:
 
     def _start_worker(self) -> subprocess.Popen[bytes]:
         log = self.tmp / f"worker-{len(self.workers) + 1}.log"
-        cmd = [sys.executable, "-m", "senddock", "-v", "worker", "--concurrency", str(CONCURRENCY)]
+        cmd = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "1"]
+        cmd += ["--concurrency", str(CONCURRENCY)]
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 cmd,

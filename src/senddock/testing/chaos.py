@@ -486,6 +486,8 @@ class World:
                     "senddock",
                     "-v",
                     "worker",
+                    "--processes",
+                    "1",
                     "--concurrency",
                     str(concurrency),
                 ],
