@@ -1,6 +1,6 @@
 """The durability tax (issue 6): SendDock against a plain loop with no durability, one run.
 
-    .venv/bin/python bench/speed.py                       # 20,000 messages, 10 connections
+    .venv/bin/python bench/speed.py                       # 20,000 messages, 3 rounds
     .venv/bin/python bench/speed.py --messages 100000 --connections 10 --png speed.png
     .venv/bin/python bench/speed.py --profile /tmp/worker.prof   # py-spy the worker too
 
@@ -9,7 +9,9 @@ the signed unsubscribe URL) to Postfix's `smtp-sink` on 127.0.0.1, which this sc
  (a) SendDock: `senddock campaign send` (the real CLI) enqueues, real `senddock worker`
      processes drain, against an embedded Postgres (or a fresh database on --database-url);
  (b) the fastest loop we can write without durability: asyncio on uvloop, the same number of
-     reused SMTP connections (aiosmtplib), the same rendering, no database.
+     reused SMTP connections (aiosmtplib), the same rendering, no database; in one process
+     (issue 6's definition), and also forked into as many processes as a multi-process
+     SendDock run, so that one is compared at equal parallelism too.
 Then, against the in-process Catcher (smtp-sink keeps no times): time to first send after
 `senddock worker` starts with jobs queued (fresh, and after a SIGKILL), and latency from
 `campaign send` returning to the first message received.
@@ -87,7 +89,8 @@ INSERT INTO list_memberships (list_id, subscriber_id)
 SELECT %(list)s, id FROM subscribers WHERE email LIKE '%%@' || %(domain)s
 """
 SPAN = """
-SELECT count(*) AS n, extract(epoch FROM max(sent_at) - min(sent_at)) AS span
+SELECT count(*) AS n, extract(epoch FROM max(sent_at) - min(sent_at)) AS span,
+       count(DISTINCT updated_at) AS commits
 FROM broadcast_jobs j JOIN campaigns c ON c.broadcast_id = j.broadcast_id
 WHERE c.id = %s AND j.status = 'sent'
 """
@@ -107,10 +110,14 @@ class Row:
     cpu: float | None = None  # worker (or loop) process CPU seconds, user + sys
     db_cpu: float | None = None  # Postgres backends' CPU seconds during the drain
     sink_cpu: float | None = None  # smtp-sink's CPU seconds during the drain
+    # Outcomes written per commit (group commit): a group's rows share one now().
+    per_commit: float | None = None
     rss_mb: float | None = None  # peak RSS of the biggest worker process
     enqueue_s: float | None = None  # `campaign send` wall time (CLI, interpreter included)
     wall: float | None = None  # worker start to campaign `sent`
     baseline: Row | None = None
+    baseline_same: Row | None = None
+    processes: int = 1
     rates: list[float] = field(default_factory=list)  # msg/s of every round (best is shown)
     notes: list[str] = field(default_factory=list)
 
@@ -124,9 +131,17 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        """Against the one-process plain loop with as many connections (issue 6's (b))."""
         if self.baseline is None or self.baseline.rate == 0:
             return None
         return self.rate / self.baseline.rate
+
+    @property
+    def ratio_same(self) -> float | None:
+        """Against the plain loop with as many processes as well as connections."""
+        if self.baseline_same is None or self.baseline_same.rate == 0:
+            return None
+        return self.rate / self.baseline_same.rate
 
 
 # -- servers ---------------------------------------------------------------------------------
@@ -398,6 +413,8 @@ def run_senddock(
     result = Row(
         variant=label,
         connections=processes * concurrency,
+        processes=processes,
+        per_commit=int(span["n"]) / int(span["commits"]) if span["commits"] else None,
         messages=int(span["n"]),
         seconds=float(span["span"] or 0.0),
         cpu=cpu,
@@ -478,19 +495,39 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
     return sent, time.perf_counter() - t0
 
 
-def run_plain(plain: Plain, smtp_url: str, connections: int) -> Row:
+def run_plain(plain: Plain, smtp_url: str, processes: int, connections: int) -> Row:
+    """The plain loop in this process, or forked into `processes` that split the recipients
+    and the connections evenly (the same parallelism as that many worker processes)."""
     import uvloop
 
-    c0 = time.process_time()
-    sent, took = uvloop.run(plain_loop(plain, smtp_url, connections))
-    cpu = time.process_time() - c0
-    return Row(
-        variant=f"(b) plain loop (uvloop) x{connections}",
-        connections=connections,
-        messages=sent,
-        seconds=took,
-        cpu=cpu,
-    )
+    label = f"(b) plain loop (uvloop) x{connections}"
+    if processes == 1:
+        c0 = time.process_time()
+        sent, took = uvloop.run(plain_loop(plain, smtp_url, connections))
+        cpu = time.process_time() - c0
+        return Row(label, connections, sent, took, cpu=cpu)
+    t0 = time.perf_counter()
+    children: list[tuple[int, int]] = []
+    for i in range(processes):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its share, then its count down the pipe
+            os.close(r)
+            share = Plain(plain.message, plain.envelope_from, plain.recipients[i::processes])
+            n, _ = uvloop.run(plain_loop(share, smtp_url, connections // processes))
+            os.write(w, str(n).encode())
+            os._exit(0)
+        os.close(w)
+        children.append((pid, r))
+    sent, cpu = 0, 0.0
+    for pid, r in children:
+        with os.fdopen(r) as f:
+            sent += int(f.read() or 0)
+        _, _, usage = os.wait4(pid, 0)
+        cpu += usage.ru_utime + usage.ru_stime
+    took = time.perf_counter() - t0
+    label += f", {processes} processes"
+    return Row(label, connections, sent, took, cpu=cpu, processes=processes)
 
 
 # -- latency (Catcher) -----------------------------------------------------------------------
@@ -694,10 +731,12 @@ def results_table(rows: list[Row], n: int) -> Table:
         ("seconds", "right"),
         ("msg/s", "right"),
         ("every round", "right"),
-        ("ratio to (b)", "right"),
+        ("ratio to (b) 1 process", "right"),
+        ("ratio to (b) same processes", "right"),
         ("proc CPU s", "right"),
         ("msg/s per core", "right"),
         ("Postgres CPU s", "right"),
+        ("outcomes per commit", "right"),
         ("smtp-sink CPU s", "right"),
         ("worker peak RSS MB", "right"),
         ("campaign send s", "right"),
@@ -713,9 +752,11 @@ def results_table(rows: list[Row], n: int) -> Table:
             f"{r.rate:,.0f}",
             " / ".join(f"{v:,.0f}" for v in r.rates),
             fmt(r.ratio, ".2f"),
+            fmt(r.ratio_same, ".2f") if r.processes > 1 else "",
             fmt(r.cpu, ".1f"),
             fmt(r.per_core, ",.0f"),
             fmt(r.db_cpu, ".1f"),
+            fmt(r.per_commit, ".1f"),
             fmt(r.sink_cpu, ".1f"),
             fmt(r.rss_mb, ".0f"),
             fmt(r.enqueue_s, ".2f"),
@@ -749,6 +790,14 @@ def targets_table(
             fmt(ratio, ".2f"),
             verdict(None if ratio is None else ratio >= TARGET_RATIO),
         )
+        if r.processes > 1:
+            same = r.ratio_same
+            t.add_row(
+                f"  the same against (b) in {r.processes} processes too",
+                f">= {TARGET_RATIO}",
+                fmt(same, ".2f"),
+                verdict(None if same is None else same >= TARGET_RATIO),
+            )
     peak = max((r.rss_mb for r in senddock if r.rss_mb is not None), default=None)
     t.add_row(
         "worker peak RSS (largest process)",
@@ -903,7 +952,9 @@ def main(argv: list[str] | None = None) -> int:
         with err.status(f"seeding {n:,} subscribers"):
             list_name = seed_audience(conn, n, "main")
         overhead = min(cli_overhead(env) for _ in range(3))
-        baselines: dict[int, Row] = {}
+        baselines: dict[tuple[int, int], Row] = {}
+        # (b) in one process (as issue 6 defines it), and with each run's processes too.
+        plain_variants = sorted({(1, p * k) for p, k in configs} | {(p, p * k) for p, k in configs})
         best: dict[tuple[int, int], Row] = {}
         warm = new_campaign(conn, list_name, "plain loop")
         plain = plain_inputs(conn, list_name, warm)
@@ -911,13 +962,13 @@ def main(argv: list[str] | None = None) -> int:
         # variant keeps its best round (noise only ever slows a run down).
         for round_no in range(args.rounds):
             tag = f"round {round_no + 1}/{args.rounds}"
-            for conns in sorted({p * k for p, k in configs}):
-                with err.status(f"{tag}: (b) plain loop, {conns} connections"):
+            for procs, conns in plain_variants:
+                with err.status(f"{tag}: (b) plain loop, {procs}x{conns // procs}"):
                     s0 = process_cpu(sink_pid)
-                    row = run_plain(plain, sink, conns)
+                    row = run_plain(plain, sink, procs, conns)
                     row.sink_cpu = cpu_delta(s0, process_cpu(sink_pid))
-                err.print(f"{tag}: (b) {conns} connections: {row.rate:,.0f} msg/s")
-                baselines[conns] = keep_best(baselines.get(conns), row)
+                err.print(f"{tag}: (b) {procs}x{conns // procs}: {row.rate:,.0f} msg/s")
+                baselines[procs, conns] = keep_best(baselines.get((procs, conns)), row)
             for i, (procs, conc) in enumerate(configs):
                 with err.status(f"{tag}: (a) SendDock {procs}x{conc}"):
                     s0 = process_cpu(sink_pid)
@@ -938,9 +989,10 @@ def main(argv: list[str] | None = None) -> int:
                 best[procs, conc] = keep_best(best.get((procs, conc)), row)
         del plain
         for row in best.values():
-            row.baseline = baselines[row.connections]
+            row.baseline = baselines[1, row.connections]
+            row.baseline_same = baselines[row.processes, row.connections]
             rows.append(row)
-        rows = [*sorted(baselines.values(), key=lambda r: r.connections), *rows]
+        rows = [*(baselines[k] for k in sorted(baselines)), *rows]
         if not args.no_latency:
             with err.status("latency against the Catcher"):
                 lat = run_latency(conn, url, logs, args.repeats)
