@@ -90,7 +90,7 @@ SELECT %(list)s, id FROM subscribers WHERE email LIKE '%%@' || %(domain)s
 """
 SPAN = """
 SELECT count(*) AS n, extract(epoch FROM max(sent_at) - min(sent_at)) AS span,
-       count(DISTINCT updated_at) AS commits
+       count(DISTINCT j.updated_at) AS commits
 FROM broadcast_jobs j JOIN campaigns c ON c.broadcast_id = j.broadcast_id
 WHERE c.id = %s AND j.status = 'sent'
 """

@@ -128,6 +128,43 @@ async def test_a_lost_claim_in_a_group_is_not_written_and_the_rest_are(
         assert await queue.landed_many(c, 7, jobs) == {jobs[0].id, jobs[2].id}
 
 
+async def test_a_group_waits_for_a_need_a_full_group_or_its_linger(conn: Conn, db_url: str) -> None:
+    """Outcomes gather until a sender needs one, every sender has one in, or time is up."""
+    emails = [f"r{i}@example.com" for i in range(6)]
+    _, bid = send_campaign(conn, "news", emails)
+    assert wait_until(lambda: len(_rows(conn, bid)) == 6, 10)
+    jobs = await _claimed(db_url, 7, 6)
+    recorder = Recorder([Link(db_url, lambda: False)], lambda: 7, full=3, linger=30.0)
+    task = asyncio.create_task(recorder.run())
+
+    def statuses() -> list[str]:
+        rows = _rows(conn, bid)
+        return [rows[j.email]["status"] for j in jobs]
+
+    try:
+        first = [recorder.submit(Outcome(j, SENT, OK)) for j in jobs[:2]]
+        await asyncio.sleep(0.5)
+        assert recorder.groups == 0 and statuses()[:2] == ["sending", "sending"]
+        recorder.need()  # a sender reached its next final dot
+        assert await asyncio.wait_for(asyncio.gather(*first), 5) == [True, True]
+        assert recorder.groups == 1 and statuses()[:2] == ["sent", "sent"]
+        full = [recorder.submit(Outcome(j, SENT, OK)) for j in jobs[2:5]]
+        assert await asyncio.wait_for(asyncio.gather(*full), 10) == [True] * 3
+        assert recorder.groups == 2 and recorder.written == 5
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Nobody needs it and the group is not full: it is written once its linger is over.
+    recorder = Recorder([Link(db_url, lambda: False)], lambda: 7, full=3, linger=0.2)
+    task = asyncio.create_task(recorder.run())
+    try:
+        assert await asyncio.wait_for(recorder.submit(Outcome(jobs[5], SENT, OK)), 10)
+        assert statuses() == ["sent"] * 6
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def _rows(conn: Conn, bid: int) -> dict[str, dict[str, Any]]:
     rows = conn.execute("SELECT * FROM broadcast_jobs WHERE broadcast_id = %s", (bid,)).fetchall()
     return {str(r["email"]): r for r in rows}

@@ -9,6 +9,7 @@ is most of what durability costs per message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -19,6 +20,10 @@ from senddock.delivery.link import Link, one_line
 from senddock.delivery.queue import Outcome
 
 log = logging.getLogger("senddock.recorder")
+
+# The longest an outcome waits for its group to commit when no sender needs it yet (a sender
+# waiting for a rate-limit permit, say): the campaign's counts lag by no more than this.
+MAX_LINGER = 0.05
 
 # An outcome waiting for its group, and the future its sender awaits.
 Waiting = tuple[Outcome, "asyncio.Future[bool]"]
@@ -31,11 +36,24 @@ class Recorder:
     a commit is in flight waits for the next free connection, not for that commit to end.
     """
 
-    def __init__(self, links: list[Link], owner: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        links: list[Link],
+        owner: Callable[[], int],
+        full: int = 1,
+        linger: float = MAX_LINGER,
+    ) -> None:
+        """`full`: a group commits as soon as it holds this many outcomes, or when a sender
+        needs one of them written (`need()`), or `linger` seconds after its first arrived.
+        Waiting for the need is what makes groups large: a sender needs its outcome only at
+        its next final dot, so the outcomes of the other senders join it meanwhile."""
         self.links = links
         self.owner = owner
+        self.full = full
+        self.linger = linger
         self._waiting: list[Waiting] = []
-        self._kick = asyncio.Event()
+        self._kick = asyncio.Event()  # commit now
+        self._arrived = asyncio.Event()  # something waits to be committed
         self._free: asyncio.Queue[Link] = asyncio.Queue()
         for link in links:
             self._free.put_nowait(link)
@@ -47,13 +65,26 @@ class Recorder:
         """Queue an outcome; the future says whether it was written (False: claim lost)."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((outcome, done))
-        self._kick.set()
+        self._arrived.set()
+        if len(self._waiting) >= self.full:
+            self._kick.set()
         return done
+
+    def need(self) -> None:
+        """A sender waits for an outcome it submitted: commit what is waiting now."""
+        if self._waiting:
+            self._kick.set()
 
     async def run(self) -> None:
         try:
             while True:
-                await self._kick.wait()
+                if not self._waiting:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                if not self._kick.is_set():
+                    # Nobody needs them yet: wait for a need, a full group, or the linger.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._kick.wait(), self.linger)
                 link = await self._free.get()
                 self._kick.clear()
                 group, self._waiting = self._waiting, []

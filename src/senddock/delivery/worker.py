@@ -126,7 +126,9 @@ class Sender:
     async def _settle(self) -> None:
         """Wait until the last outcome this sender handed over is written."""
         if self.previous is not None:
-            await asyncio.wait([self.previous])
+            if not self.previous.done():
+                self.recorder.need()
+                await asyncio.wait([self.previous])
             self.previous = None
 
     async def _claim(self) -> list[Job]:
@@ -290,6 +292,7 @@ class Sender:
         written = self.previous = self.recorder.submit(Outcome(job, t, reply))
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
         if verdict is Verdict.SENDER_FAULT:
+            self.recorder.need()
             if await written:
                 await self._sender_fault(job.broadcast_id, reply)
         elif verdict is not Verdict.TRANSIENT or reply.stage not in SENDER_STAGES:
@@ -489,7 +492,8 @@ class Worker:
             ),
         ]
         links = [Link(self.url, self.shared.stopping.is_set) for _ in range(RECORDER_LINKS)]
-        recorder = Recorder(links, self._owner)
+        # A group commits when every sender has an outcome in it, or one sender needs its own.
+        recorder = Recorder(links, self._owner, full=self.concurrency)
         # Not in `background`: it must outlive every sender, which waits on it.
         recording = asyncio.create_task(recorder.run())
         senders = [
