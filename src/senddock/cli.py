@@ -331,8 +331,7 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     url = current_database(s)
     processes = default_processes(processes)
     if processes > 1:
-        verbose = logging.getLogger().isEnabledFor(logging.INFO)
-        sys.exit(run_processes(processes, concurrency, verbose))
+        sys.exit(run_processes(processes, lambda: run_worker(s, url, concurrency)))
     sys.exit(run_worker(s, url, concurrency))
 
 
