@@ -326,12 +326,30 @@ def start_default(env: dict[str, str], log: Path) -> list[subprocess.Popen[bytes
         ]
 
 
+# With --pin: the CPUs of the senders (worker processes, the plain loop) and of the servers
+# (Postgres, smtp-sink), as if the database and the relay ran on machines of their own.
+PIN: tuple[set[int], set[int]] | None = None
+
+
+def pin_servers(postmaster: int | None, sink: int) -> None:
+    """Move Postgres (the postmaster, whose new backends inherit it, and every live child)
+    and smtp-sink onto the servers' CPUs."""
+    assert PIN is not None
+    procs = [psutil.Process(sink)]
+    if postmaster is not None:
+        pm = psutil.Process(postmaster)
+        procs += [pm, *pm.children()]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.cpu_affinity(sorted(PIN[1]))
+
+
 def start_workers(
     env: dict[str, str], processes: int, concurrency: int, log: Path
 ) -> list[subprocess.Popen[bytes]]:
     out = open(log, "ab")  # noqa: SIM115  (the children keep it)
     try:
-        return [
+        procs = [
             subprocess.Popen(
                 [*WORKER, "--concurrency", str(concurrency)],
                 env=env,
@@ -342,6 +360,10 @@ def start_workers(
         ]
     finally:
         out.close()
+    if PIN is not None:
+        for p in procs:
+            os.sched_setaffinity(p.pid, PIN[0])
+    return procs
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -512,9 +534,20 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
 def run_plain(plain: Plain, smtp_url: str, processes: int, connections: int) -> Row:
     """The plain loop in this process, or forked into `processes` that split the recipients
     and the connections evenly (the same parallelism as that many worker processes)."""
-    import uvloop
 
     label = f"(b) plain 1x{connections}"
+    allowed = os.sched_getaffinity(0)
+    if PIN is not None:
+        os.sched_setaffinity(0, PIN[0])  # forked children inherit it
+    try:
+        return _run_plain(plain, smtp_url, processes, connections, label)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _run_plain(plain: Plain, smtp_url: str, processes: int, connections: int, label: str) -> Row:
+    import uvloop
+
     if processes == 1:
         c0 = time.process_time()
         sent, took = uvloop.run(plain_loop(plain, smtp_url, connections))
@@ -935,6 +968,12 @@ def main(argv: list[str] | None = None) -> int:
         default=3,
         help="run every variant this many times, interleaved; each shows its best round",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="senders on CPU 0, Postgres and smtp-sink on the other CPUs (needs 2 or more):"
+        " the database and the relay as if on machines of their own",
+    )
     parser.add_argument("--png", type=Path, default=Path("speed.png"), help="chart path")
     parser.add_argument("--database-url", help="a server to make a throwaway database on")
     parser.add_argument("--no-latency", action="store_true", help="skip the Catcher timings")
@@ -964,6 +1003,13 @@ def main(argv: list[str] | None = None) -> int:
         connect(url) as conn,
     ):
         env = env_for(url, sink)
+        if args.pin:
+            global PIN
+            cpus = sorted(os.sched_getaffinity(0))
+            if len(cpus) < 2:
+                sys.exit("--pin needs at least 2 CPUs")
+            PIN = ({cpus[0]}, set(cpus[1:]))
+            pin_servers(postmaster, sink_pid)
         with err.status(f"seeding {n:,} subscribers"):
             list_name = seed_audience(conn, n, "main")
         overhead = min(cli_overhead(env) for _ in range(3))
