@@ -24,17 +24,26 @@ COLUMNS = (
     "last_reply",
 )
 
-# One row per job, in enqueue order; a filter by job status or by failure reason.
-# In the order the subscribers joined: the jobs of one chunk are not inserted in that order.
-RECIPIENTS = """
+# One row per job, filtered by job status or by failure reason and searched by address (an
+# ILIKE pattern), in the order the subscribers joined (a chunk's jobs are not inserted in that
+# order). The CLI streams them all; the API and the dashboard show a page.
+_COLUMNS = """
 SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
-       j.last_code, j.last_enhanced, j.last_reply
+       j.last_code, j.last_enhanced, j.last_reply"""
+_ROWS = """
 FROM broadcast_jobs j
 WHERE j.broadcast_id = %(b)s
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
+  AND (%(q)s::text IS NULL OR j.email ILIKE %(q)s)
 ORDER BY j.subscriber_id
 """
+RECIPIENTS = _COLUMNS + _ROWS
+RECIPIENTS_PAGE = RECIPIENTS + "LIMIT %(limit)s OFFSET %(offset)s"
+# The same page with how many rows match in all, counted in the page's own snapshot.
+RECIPIENTS_PAGE_COUNTED = (
+    _COLUMNS + ", count(*) OVER () AS full_count" + _ROWS + "LIMIT %(limit)s OFFSET %(offset)s"
+)
 
 LOCK = """
 SELECT c.status, c.broadcast_id, b.status AS broadcast_status
@@ -80,6 +89,32 @@ def _broadcast_of(conn: Conn, campaign_id: int) -> int:
     return int(row["broadcast_id"])
 
 
+def filtered(broadcast_id: int, status: str | None, pattern: str | None) -> dict[str, Any]:
+    """RECIPIENTS' parameters: `status` is a job status or a failure reason (else no filter),
+    `pattern` an ILIKE pattern or None."""
+    return {
+        "b": broadcast_id,
+        "status": status if status in JOB_STATUSES else None,
+        "failure": status if status in FAILURES else None,
+        "q": pattern,
+    }
+
+
+def page(
+    conn: Conn,
+    broadcast_id: int,
+    status: str | None,
+    pattern: str | None,
+    limit: int,
+    offset: int,
+    counted: bool = False,
+) -> list[dict[str, Any]]:
+    """One page of RECIPIENTS; with `counted`, each row also has `full_count`."""
+    params = {**filtered(broadcast_id, status, pattern), "limit": limit, "offset": offset}
+    sql = RECIPIENTS_PAGE_COUNTED if counted else RECIPIENTS_PAGE
+    return conn.execute(sql, params).fetchall()
+
+
 def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Iterator[dict[str, Any]]:
     """Every recipient of the campaign with its outcome, streamed (a server-side cursor).
 
@@ -88,12 +123,7 @@ def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Itera
     if status is not None and status not in JOB_STATUSES + FAILURES:
         choices = ", ".join(JOB_STATUSES + FAILURES)
         raise CampaignError(f"status must be one of {choices}; got {status!r}")
-    bid = _broadcast_of(conn, campaign_id)
-    params = {
-        "b": bid,
-        "status": status if status in JOB_STATUSES else None,
-        "failure": status if status in FAILURES else None,
-    }
+    params = filtered(_broadcast_of(conn, campaign_id), status, None)
     with conn.transaction(), conn.cursor(name="senddock_recipients") as cur:
         cur.itersize = 2000
         cur.execute(RECIPIENTS, params)

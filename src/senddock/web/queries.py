@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns import UnknownCampaign
-from senddock.campaigns.recipients import FAILURES, JOB_STATUSES
+from senddock.campaigns.recipients import page as recipient_page
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -109,19 +109,6 @@ def campaigns_page(
     return _total(rows, count)
 
 
-RECIPIENTS = """
-SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
-       j.last_code, j.last_enhanced, j.last_reply, count(*) OVER () AS full_count
-FROM broadcast_jobs j
-WHERE j.broadcast_id = %(b)s
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
-  AND (%(q)s::text IS NULL OR j.email ILIKE %(q)s)
-ORDER BY j.subscriber_id
-LIMIT %(limit)s OFFSET %(offset)s
-"""
-
-
 def recipients_page(
     conn: Conn, campaign_id: int, status: str | None, q: str | None, page: int, per_page: int
 ) -> tuple[list[dict[str, Any]], int]:
@@ -136,21 +123,13 @@ def recipients_page(
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
     if row["broadcast_id"] is None:
         return [], 0
-    params: dict[str, Any] = {
-        "b": row["broadcast_id"],
-        "status": status if status in JOB_STATUSES else None,
-        "failure": status if status in FAILURES else None,
-        "q": like(q),
-        "limit": per_page,
-        "offset": (page - 1) * per_page,
-    }
-    rows = conn.execute(RECIPIENTS, params).fetchall()
+    bid, pattern = row["broadcast_id"], like(q)
+    rows = recipient_page(conn, bid, status, pattern, per_page, (page - 1) * per_page, True)
     for r in rows[1:]:
         r.pop("full_count", None)
 
     def count() -> int:
-        params.update(limit=1, offset=0)
-        first = conn.execute(RECIPIENTS, params).fetchone()
-        return int(first["full_count"]) if first else 0
+        first = recipient_page(conn, bid, status, pattern, 1, 0, True)
+        return int(first[0]["full_count"]) if first else 0
 
     return _total(rows, count)

@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns.campaigns import COUNT_KEYS
-from senddock.campaigns.recipients import FAILURES, JOB_STATUSES
+from senddock.campaigns.recipients import FAILURES
+from senddock.campaigns.recipients import page as recipient_page
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -34,17 +35,6 @@ SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to, c.created_at,
        array(SELECT l.name FROM campaign_lists cl JOIN lists l ON l.id = cl.list_id
              WHERE cl.campaign_id = c.id ORDER BY l.name) AS lists
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %(id)s
-"""
-# One page of a campaign's recipients, filtered by job status or failure, searched by address.
-RECIPIENTS = """
-SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.last_code, j.last_enhanced,
-       j.last_reply
-FROM broadcast_jobs j
-WHERE j.broadcast_id = %(b)s
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
-  AND (%(q)s::text IS NULL OR j.email ILIKE %(q)s)
-ORDER BY j.subscriber_id LIMIT %(limit)s OFFSET %(offset)s
 """
 # Messages the server accepted in the last minute (database clock).
 RATE = """
@@ -124,15 +114,7 @@ def recipients_page(
     conn: Conn, broadcast_id: int, status: str | None, q: str | None, limit: int, offset: int
 ) -> list[dict[str, Any]]:
     """A page of recipients; `status` is a job status or a failure reason (else ignored)."""
-    params = {
-        "b": broadcast_id,
-        "status": status if status in JOB_STATUSES else None,
-        "failure": status if status in FAILURES else None,
-        "q": q,
-        "limit": limit,
-        "offset": offset,
-    }
-    return conn.execute(RECIPIENTS, params).fetchall()
+    return recipient_page(conn, broadcast_id, status, q, limit, offset)
 
 
 def rate(conn: Conn, broadcast_id: int) -> int:
