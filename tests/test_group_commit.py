@@ -69,7 +69,7 @@ async def _claimed(db_url: str, owner: int, n: int) -> list[Job]:
 
 async def _recorder(db_url: str, owner: int) -> tuple[Recorder, asyncio.Task[None]]:
     """A recorder with one connection, running; cancel the task to stop it."""
-    recorder = Recorder([Link(db_url, lambda: False)], lambda: owner)
+    recorder = Recorder(Link(db_url, lambda: False), lambda: owner)
     return recorder, asyncio.create_task(recorder.run())
 
 
@@ -134,7 +134,7 @@ async def test_a_group_waits_for_a_need_a_full_group_or_its_linger(conn: Conn, d
     _, bid = send_campaign(conn, "news", emails)
     assert wait_until(lambda: len(_rows(conn, bid)) == 6, 10)
     jobs = await _claimed(db_url, 7, 6)
-    recorder = Recorder([Link(db_url, lambda: False)], lambda: 7, full=3, linger=30.0)
+    recorder = Recorder(Link(db_url, lambda: False), lambda: 7, full=3, linger=30.0)
     task = asyncio.create_task(recorder.run())
 
     def statuses() -> list[str]:
@@ -155,7 +155,7 @@ async def test_a_group_waits_for_a_need_a_full_group_or_its_linger(conn: Conn, d
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     # Nobody needs it and the group is not full: it is written once its linger is over.
-    recorder = Recorder([Link(db_url, lambda: False)], lambda: 7, full=3, linger=0.2)
+    recorder = Recorder(Link(db_url, lambda: False), lambda: 7, full=3, linger=0.2)
     task = asyncio.create_task(recorder.run())
     try:
         assert await asyncio.wait_for(recorder.submit(Outcome(jobs[5], SENT, OK)), 10)

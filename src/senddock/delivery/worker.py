@@ -40,10 +40,6 @@ from senddock.messages import CompiledMessage, LinkSettings, Recipient, Template
 
 log = logging.getLogger("senddock.worker")
 
-# Connections on which outcome groups commit side by side (delivery/recorder.py). One gave
-# the largest groups and the best drain rate in bench/speed.py (1x10: 1,451 msg/s vs 1,039 with 3).
-RECORDER_LINKS = 1
-
 
 @dataclass
 class Shared:
@@ -491,9 +487,9 @@ class Worker:
                 for _ in range(PARTS)
             ),
         ]
-        links = [Link(self.url, self.shared.stopping.is_set) for _ in range(RECORDER_LINKS)]
         # A group commits when every sender has an outcome in it, or one sender needs its own.
-        recorder = Recorder(links, self._owner, full=self.concurrency)
+        link = Link(self.url, self.shared.stopping.is_set)
+        recorder = Recorder(link, self._owner, full=self.concurrency)
         # Not in `background`: it must outlive every sender, which waits on it.
         recording = asyncio.create_task(recorder.run())
         senders = [
