@@ -16,9 +16,11 @@ from support import Conn, send_campaign, unfinished, wait_until, worker_env
 CONCURRENCY = 3
 
 
-def _start(env: dict[str, str], log: Path, processes: int) -> subprocess.Popen[bytes]:
+def _start(env: dict[str, str], log: Path, processes: int | None) -> subprocess.Popen[bytes]:
+    """`senddock worker --processes N`, or with no flags at all when `processes` is None."""
     argv = [sys.executable, "-m", "senddock", "-v", "worker"]
-    argv += ["--processes", str(processes), "--concurrency", str(CONCURRENCY)]
+    if processes is not None:
+        argv += ["--processes", str(processes), "--concurrency", str(CONCURRENCY)]
     with open(log, "ab") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -107,13 +109,7 @@ def test_worker_without_flags_runs_one_process_per_core_up_to_the_cap(
 ) -> None:
     expected = min(len(os.sched_getaffinity(0)), MAX_AUTO_PROCESSES)
     log = tmp_path / "worker.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "senddock", "-v", "worker"],
-            env=worker_env(db_url, catcher.url),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _start(worker_env(db_url, catcher.url), log, None)
     try:
         assert wait_until(lambda: len(_children(conn)) == expected, 30), log.read_text()
         rows = conn.execute("SELECT pid, concurrency FROM workers").fetchall()

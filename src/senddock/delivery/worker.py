@@ -201,7 +201,7 @@ class Sender:
         while True:
             target = self.s.servers.pick()
             session = self._session(target)
-            reply = None if session.connected else await session.open()
+            reply = await session.open()
             if reply is None:
                 unsent = await self._metered(target, session, job)
                 if unsent is not None:
