@@ -1,12 +1,30 @@
-"""The SMTP transport (delivery/smtp.py) against a real server: what arrives, and when."""
+"""The SMTP transport (delivery/smtp.py) against a real server: what arrives, and when.
+
+Each test runs with the server offering PIPELINING (MAIL, RCPT and DATA in one write) and
+without it (one command at a time).
+"""
 
 from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Literal
+
+import pytest
+import trustme
 
 from senddock.config import SmtpTarget
 from senddock.delivery.smtp import HOLD_WHOLE_BODY, SmtpSession
 from senddock.testing import Catcher
 
 HEAD = b"From: news@example.org\r\nTo: reader@example.com\r\nSubject: dots\r\n\r\n"
+BODY = HEAD + b"hello\r\n"
+
+
+@pytest.fixture(params=[True, False], ids=["pipelining", "one-by-one"])
+def server(request: pytest.FixtureRequest, catcher: Catcher) -> Catcher:
+    catcher.pipelining = request.param
+    return catcher
 
 
 async def _send_held(catcher: Catcher, body: bytes) -> tuple[bytes, list[int]]:
@@ -26,17 +44,101 @@ async def _send_held(catcher: Catcher, body: bytes) -> tuple[bytes, list[int]]:
     return catcher.received()[0].data, seen_at_hold
 
 
-async def test_leading_dots_and_bare_line_feeds_arrive_as_written(catcher: Catcher) -> None:
+async def test_leading_dots_and_bare_line_feeds_arrive_as_written(server: Catcher) -> None:
     body = HEAD + b".starts with a dot\nbare LF above\r\n..two dots\r\n.\r\nlast"
-    data, held = await _send_held(catcher, body)
+    data, held = await _send_held(server, body)
     assert held == [0]  # the hold ran before the server had the message
-    expected = HEAD + b".starts with a dot\r\nbare LF above\r\n..two dots\r\n.\r\nlast\r\n"
-    assert data == expected
+    assert data == HEAD + b".starts with a dot\r\nbare LF above\r\n..two dots\r\n.\r\nlast\r\n"
 
 
-async def test_a_body_larger_than_the_hold_arrives_whole_after_the_hold(catcher: Catcher) -> None:
+async def test_a_body_larger_than_the_hold_arrives_whole_after_the_hold(server: Catcher) -> None:
     line = b"x" * 70 + b"\r\n"
     body = HEAD + line * (2 * HOLD_WHOLE_BODY // len(line)) + b".dot line\r\n"
-    data, held = await _send_held(catcher, body)
+    data, held = await _send_held(server, body)
     assert held == [0]
     assert data == body
+
+
+async def test_refusals_name_their_stage_and_the_session_carries_on(server: Catcher) -> None:
+    """A refused RCPT, deferred DATA and RCPT, a drop after the data, between good messages:
+    every reply is charged to its stage, and each good message arrives once."""
+    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+    order = [
+        "a@example.com",
+        "bounce-b@example.com",
+        "c@example.com",
+        "flakydata-d@example.com",
+        "e@example.com",
+        "drop-f@example.com",
+        "g@example.com",
+        "flaky-h@example.com",
+        "i@example.com",
+    ]
+    try:
+        replies = [await session.send("news@example.org", rcpt, BODY) for rcpt in order]
+    finally:
+        await session.quit()
+    got = {rcpt: (r.stage, r.code) for rcpt, r in zip(order, replies, strict=True)}
+    assert got == {
+        "a@example.com": ("data", 250),
+        "bounce-b@example.com": ("rcpt", 550),
+        "c@example.com": ("data", 250),
+        "flakydata-d@example.com": ("data", 451),
+        "e@example.com": ("data", 250),
+        "drop-f@example.com": ("data", None),
+        "g@example.com": ("data", 250),
+        "flaky-h@example.com": ("rcpt", 451),
+        "i@example.com": ("data", 250),
+    }
+    assert server.delivered_once([r for r in order if "-" not in r.split("@")[0]])
+    assert server.connections == 2  # the drop cost one new connection; refusals none
+
+
+async def test_a_refused_sender_is_charged_to_mail(server: Catcher) -> None:
+    server.reject_mail_from = True
+    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+    try:
+        first = await session.send("news@example.org", "a@example.com", BODY)
+        server.reject_mail_from = None
+        second = await session.send("news@example.org", "b@example.com", BODY)
+    finally:
+        await session.quit()
+    assert (first.stage, first.code is not None and 500 <= first.code < 600) == ("mail", True)
+    assert (second.stage, second.code) == ("data", 250)
+    assert server.delivered_once(["b@example.com"])
+
+
+async def test_sessions_side_by_side_each_deliver_their_own(server: Catcher) -> None:
+    emails = [f"r{i}@example.com" for i in range(200)]
+
+    async def one(share: list[str]) -> list[int | None]:
+        session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+        try:
+            return [(await session.send("news@example.org", e, BODY)).code for e in share]
+        finally:
+            await session.quit()
+
+    codes = await asyncio.gather(*(one(emails[i::5]) for i in range(5)))
+    assert all(c == 250 for share in codes for c in share)
+    assert server.delivered_once(emails)
+
+
+@pytest.mark.parametrize("tls", ["starttls", "tls"])
+async def test_over_tls_the_session_sends_many_and_carries_on_after_a_refusal(
+    tls: Literal["starttls", "tls"],
+) -> None:
+    """The transactions take over a TLS connection (STARTTLS or TLS from the first byte)."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    with Catcher(tls=tls, tls_context=context, user="news", password="s3cret") as server:
+        session = SmtpSession(SmtpTarget.parse(server.url), timeout=10, verify_certs=False)
+        order = ["a@example.com", "bounce-b@example.com", "c@example.com"]
+        try:
+            replies = [await session.send("news@example.org", r, BODY) for r in order]
+        finally:
+            await session.quit()
+        assert [(r.stage, r.code) for r in replies] == [("data", 250), ("rcpt", 550), ("data", 250)]
+        assert server.delivered_once(["a@example.com", "c@example.com"])
+        assert all(r.tls for r in server.received())
+        assert server.connections == 1

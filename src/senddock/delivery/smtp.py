@@ -2,22 +2,133 @@
 
 `send()` never raises for an SMTP or network failure: it returns the Reply that ended the
 attempt, tagged with the stage it happened at, so delivery/outcome.py can judge it.
+
+aiosmtplib opens the session (connect, EHLO, STARTTLS, AUTH). The transactions then run on
+`_Replies`, which takes over the connection: when the server offers PIPELINING (RFC 2920; Postfix
+does) MAIL, RCPT and DATA go in one write and the body with its final dot in another, two round
+trips a message instead of four. aiosmtplib cannot pipeline: its protocol drops any reply that
+arrives while no command awaits one. Measured with smtp-sink, 10 sessions in one process:
+13,500 msg/s at 73 us CPU each step by step, 36,000 at 27 us pipelined.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import aiosmtplib
-from aiosmtplib.protocol import SMTPProtocol
+from aiosmtplib import SMTPResponse
+from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Reply
+
+# MAIL and RCPT replies that let the transaction go on (RFC 5321: 251 forwards the mail).
+_GO_ON = (250, 251)
+# A reply line longer than this is a broken server, not a reply (RFC 5321 allows 512).
+_MAX_LINE = 8192
+# What must never reach a command line: CR or LF would let an address inject commands.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
+# A body up to this size waits with its final dot and goes out in one write with it; a larger
+# one goes ahead of the dot, so that its transfer overlaps the wait (invariant 3 allows both).
+HOLD_WHOLE_BODY = 64 * 1024
+
+
+class _Replies(asyncio.Protocol):
+    """A session's connection once it is open: commands out, replies back in order.
+
+    Every reply that arrives is parsed and kept until asked for, so the replies to pipelined
+    commands may come in one segment or in several.
+    """
+
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.WriteTransport, transport)
+        self._buffer = bytearray()
+        self._lines: list[str] = []  # the lines so far of a multi-line reply
+        self._ready: collections.deque[SMTPResponse] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._failed: aiosmtplib.SMTPException | None = None
+
+    @property
+    def open(self) -> bool:
+        return self._failed is None and not self.transport.is_closing()
+
+    @property
+    def idle(self) -> bool:
+        """Open, and no reply came unasked (a server says 421 before it hangs up)."""
+        return self.open and not self._ready
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while (end := self._buffer.find(b"\n")) >= 0:
+            line = bytes(self._buffer[: end + 1])
+            del self._buffer[: end + 1]
+            try:
+                code = int(line[:3])
+            except ValueError:
+                self._fail(aiosmtplib.SMTPResponseException(-1, f"malformed reply {line[:80]!r}"))
+                return
+            self._lines.append(line[4:].strip(b" \t\r\n").decode("utf-8", "surrogateescape"))
+            if line[3:4] != b"-":
+                self._ready.append(SMTPResponse(code, "\n".join(self._lines)))
+                self._lines = []
+        if len(self._buffer) > _MAX_LINE:
+            self._fail(aiosmtplib.SMTPResponseException(-1, "reply line too long"))
+        elif self._ready:
+            self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        lost = aiosmtplib.SMTPServerDisconnected("Connection lost")
+        lost.__cause__ = exc
+        self._fail(lost)
+
+    def _fail(self, exc: aiosmtplib.SMTPException) -> None:
+        if self._failed is None:
+            self._failed = exc
+        self.transport.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def write(self, data: bytes) -> None:
+        if not self.open:
+            raise self._failed or aiosmtplib.SMTPServerDisconnected("Connection lost")
+        self.transport.write(data)
+
+    async def reply(self, timeout: float | None) -> SMTPResponse:
+        """The next reply; SMTPException if the connection failed first, TimeoutError.
+
+        The timer is set only when a wait is needed (a plain call_later: asyncio.timeout()
+        costs ~5 % of a worker's CPU at two waits a message)."""
+        while not self._ready:
+            if self._failed is not None:
+                raise self._failed
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        return self._ready.popleft()
+
+    async def command(self, line: bytes, timeout: float | None) -> SMTPResponse:
+        self.write(line + b"\r\n")
+        return await self.reply(timeout)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no reply from the server in time"))
 
 
 class SmtpSession:
@@ -27,11 +138,13 @@ class SmtpSession:
         self.target = target
         self.timeout = timeout
         self.verify_certs = verify_certs
-        self._smtp: aiosmtplib.SMTP | None = None
+        self._conn: _Replies | None = None
+        self._pipelining = False
+        self._smtputf8 = False
 
     @property
     def connected(self) -> bool:
-        return self._smtp is not None and self._smtp.is_connected
+        return self._conn is not None and self._conn.idle
 
     async def open(self) -> Reply | None:
         """Open the session now unless it is open: None, or the Reply that ended the try.
@@ -43,6 +156,7 @@ class SmtpSession:
 
     async def _open(self) -> Reply | None:
         """Connect, EHLO, STARTTLS and AUTH as the URL says; a Reply on failure, else None."""
+        self.close()
         t = self.target
         smtp = aiosmtplib.SMTP(
             hostname=t.host,
@@ -70,7 +184,14 @@ class SmtpSession:
         except (TimeoutError, aiosmtplib.SMTPException, OSError, ssl.SSLError) as exc:
             smtp.close()
             return Reply(stage, None, _describe(exc))
-        self._smtp = smtp
+        transport = smtp.transport
+        if transport is None or transport.is_closing():
+            return Reply(stage, None, "connection lost")
+        # From here the transactions are ours: the connection's events come to _Replies.
+        self._conn = _Replies(transport)
+        transport.set_protocol(self._conn)
+        self._pipelining = smtp.supports_extension("pipelining")
+        self._smtputf8 = smtp.supports_extension("smtputf8")
         return None
 
     async def send(
@@ -90,61 +211,111 @@ class SmtpSession:
             failed = await self._open()
             if failed is not None:
                 return failed
-        smtp = self._smtp
-        assert smtp is not None
+        conn = self._conn
+        assert conn is not None
+        envelope = self._envelope(sender, recipient)
+        if isinstance(envelope, Reply):
+            return envelope
         stage = "mail"
         try:
-            await smtp.mail(sender)
-            stage = "rcpt"
-            await smtp.rcpt(recipient)
-            stage = "data"
-            start = await smtp.execute_command(b"DATA")
-            if start.code != 354:
-                raise aiosmtplib.SMTPDataError(start.code, start.message)
-            resp = await _data(smtp, message, before_dot)
-            return Reply("data", resp.code, resp.message)
-        except aiosmtplib.SMTPResponseException as exc:
-            reply = Reply(stage, exc.code, exc.message)
-            if exc.code == 421 or not smtp.is_connected:
-                self.close()
-            else:
-                await self._reset()
-            return reply
+            stage, resp = await self._start(conn, envelope)
+            if stage == "data":
+                resp = await _data(conn, message, before_dot, self.timeout)
+                if resp.code == 250:
+                    return Reply("data", 250, resp.message)
+            await self._reset(resp.code)  # refused: the session goes on after RSET
+            return Reply(stage, resp.code, resp.message)
+        except _Broken as exc:
+            self.close()
+            return Reply(exc.stage, None, _describe(exc.__cause__ or exc))
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             self.close()
             return Reply(stage, None, _describe(exc))
 
-    async def _reset(self) -> None:
-        """RSET after a refused step so the session can carry the next message."""
-        if self._smtp is None:
+    def _envelope(self, sender: str, recipient: str) -> tuple[bytes, bytes] | Reply:
+        """MAIL FROM and RCPT TO lines; a Reply instead for an address this server can't take."""
+        if _UNSAFE.search(sender) or _UNSAFE.search(recipient):
+            return Reply("rcpt", 553, "5.1.3 not sent: a control character in an address")
+        mail = b"MAIL FROM:" + quote_address(sender).encode("utf-8")
+        rcpt = b"RCPT TO:" + quote_address(recipient).encode("utf-8")
+        if not (sender.isascii() and recipient.isascii()):
+            if not self._smtputf8:
+                text = "5.6.7 not sent: a non-ASCII address, and the server lacks SMTPUTF8"
+                return Reply("rcpt", 553, text)
+            mail += b" SMTPUTF8"
+        return mail, rcpt
+
+    async def _start(
+        self, conn: _Replies, envelope: tuple[bytes, bytes]
+    ) -> tuple[str, SMTPResponse]:
+        """MAIL, RCPT and DATA: ("data", its 354), or the stage refused first and its reply.
+        A network failure raises _Broken, naming the stage it hit.
+
+        Pipelined, the three go in one write and their replies are read in order. A refusal
+        stands even if the connection breaks after it; a server that starts DATA for a refused
+        recipient is hung up on rather than sent a dot.
+        """
+        mail, rcpt = envelope
+        steps = (("mail", mail, _GO_ON), ("rcpt", rcpt, _GO_ON), ("data", b"DATA", (354,)))
+        if self._pipelining:
+            conn.write(b"".join(line + b"\r\n" for _, line, _ in steps))
+        refused: tuple[str, SMTPResponse] | None = None
+        for stage, line, accepted in steps:
+            if refused is not None and not self._pipelining:
+                break
+            try:
+                if self._pipelining:
+                    resp = await conn.reply(self.timeout)
+                else:
+                    resp = await conn.command(line, self.timeout)
+            except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+                if refused is None:
+                    raise _Broken(stage) from exc
+                self.close()  # the refusal decides; the session is spent
+                break
+            if refused is None:
+                if resp.code not in accepted:
+                    refused = (stage, resp)
+            elif stage == "data" and resp.code == 354:
+                self.close()  # DATA began for a refused recipient: never end it
+        return refused or ("data", resp)
+
+    async def _reset(self, code: int) -> None:
+        """RSET after a refusal so the session can carry the next message (not after a 421)."""
+        if self._conn is None or not self._conn.open or code == 421:
+            self.close()
             return
         try:
-            await self._smtp.rset()
+            await self._conn.command(b"RSET", self.timeout)
         except (TimeoutError, aiosmtplib.SMTPException, OSError):
             self.close()
 
     async def quit(self) -> None:
-        if self._smtp is not None and self._smtp.is_connected:
+        if self._conn is not None and self._conn.open:
             with contextlib.suppress(aiosmtplib.SMTPException, OSError, TimeoutError):
-                await asyncio.wait_for(self._smtp.quit(), 5)
+                await self._conn.command(b"QUIT", 5)
         self.close()
 
     def close(self) -> None:
-        if self._smtp is not None:
-            self._smtp.close()
-        self._smtp = None
+        if self._conn is not None:
+            self._conn.transport.close()
+        self._conn = None
 
 
-# A body up to this size waits with its final dot and goes out in one write with it; a larger
-# one goes ahead of the dot, so that its transfer overlaps the wait (invariant 3 allows both).
-HOLD_WHOLE_BODY = 64 * 1024
+class _Broken(Exception):
+    """A network failure during `stage` of a transaction."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(stage)
+        self.stage = stage
 
 
 async def _data(
-    smtp: aiosmtplib.SMTP,
+    conn: _Replies,
     message: bytes,
     before_dot: Callable[[], Awaitable[None]] | None,
-) -> aiosmtplib.SMTPResponse:
+    timeout: float,
+) -> SMTPResponse:
     """After DATA's 354: the dot-stuffed body and the final dot, the dot after `before_dot()`.
 
     The body waits with the dot unless it is large: one write instead of two per message.
@@ -152,22 +323,12 @@ async def _data(
     body = _stuffed(message)
     if before_dot is not None:
         if len(body) > HOLD_WHOLE_BODY:
-            _protocol(smtp).write(body)
+            conn.write(body)
             body = b""
         await before_dot()
     # The end-of-data line is ".": after the body, or alone after a large one (RFC 5321).
-    protocol = _protocol(smtp)
-    protocol.write(body + b".\r\n")
-    done = await protocol.read_response(timeout=smtp.timeout)
-    if done.code != 250:
-        raise aiosmtplib.SMTPDataError(done.code, done.message)
-    return done
-
-
-def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
-    if smtp.protocol is None:
-        raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-    return smtp.protocol
+    conn.write(body + b".\r\n")
+    return await conn.reply(timeout)
 
 
 _BARE_LF = re.compile(rb"(?<!\r)\n")

@@ -9,6 +9,7 @@ stop listening). The server runs on its own event loop in a background thread.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections import Counter
@@ -150,6 +151,7 @@ class Received:
     data: bytes
     message_id: str | None
     at: float  # time.time() when accepted
+    tls: bool = False  # it came over TLS (STARTTLS or TLS from the first byte)
 
 
 def message_id_of(data: bytes) -> str | None:
@@ -224,6 +226,19 @@ class _Handler:
     def __init__(self, catcher: Catcher) -> None:
         self._catcher = catcher
 
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname  # the hook's duty once it exists (aiosmtpd)
+        if self._catcher.pipelining:
+            responses.insert(-1, "250-PIPELINING")  # aiosmtpd reads commands one at a time
+        return responses
+
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
@@ -242,9 +257,10 @@ class Catcher:
     """An SMTP server on 127.0.0.1 that records every accepted message, with fault injection.
 
     Use as a context manager or via start()/stop(). With `user`/`password` it offers AUTH
-    PLAIN/LOGIN without TLS and (if `require_auth`) refuses MAIL FROM before AUTH. Switches
-    `reject_mail_from`, `reject_auth`, `reject_connect` take True (default reply), a reply
-    string, or None/False (off) and may be flipped at any time from any thread.
+    PLAIN/LOGIN without TLS and (if `require_auth`) refuses MAIL FROM before AUTH. With `tls`
+    "starttls" or "tls" and a server `tls_context`, it offers STARTTLS or speaks TLS at once.
+    Switches `reject_mail_from`, `reject_auth`, `reject_connect` take True (default reply), a
+    reply string, or None/False (off) and may be flipped at any time from any thread.
     """
 
     def __init__(
@@ -257,14 +273,22 @@ class Catcher:
         password: str | None = None,
         require_auth: bool = True,
         hostname: str = "catcher.senddock.test",
+        tls: Literal["none", "starttls", "tls"] = "none",
+        tls_context: ssl.SSLContext | None = None,
     ) -> None:
         if (user is None) != (password is None):
             raise ValueError("give both user and password, or neither")
+        if (tls == "none") != (tls_context is None):
+            raise ValueError("give tls_context with tls='starttls' or 'tls', and only then")
+        self.tls = tls
+        self._tls_context = tls_context
         self.fault_for: FaultRule = fault_for or convention_fault
         self.reject_mail_from: str | bool | None = None
         self.reject_auth: str | bool | None = None
         self.reject_connect: str | bool | None = None
         self.require_auth = require_auth
+        # Offer PIPELINING (RFC 2920), as Postfix does; False: senders go one command at a time.
+        self.pipelining = True
         # Called on the catcher's loop with (session number, message) when a final dot arrives
         # and before the message is accepted: tests look at what the sender had recorded then.
         self.on_dot: Callable[[int, bytes], None] | None = None
@@ -347,11 +371,13 @@ class Catcher:
 
     @property
     def url(self) -> str:
-        """A SENDDOCK_SMTP_URL for this server, with the credentials if it has any."""
+        """A SENDDOCK_SMTP_URL for this server, with the credentials if it has any (and, with
+        TLS, verify=false: its certificate is a test one)."""
         auth = ""
         if self._user is not None and self._password is not None:
             auth = f"{quote(self._user, safe='')}:{quote(self._password, safe='')}@"
-        return f"smtp://{auth}{self.host}:{self._port}?tls=none"
+        tls = "none" if self.tls == "none" else f"{self.tls}&verify=false"
+        return f"smtp://{auth}{self.host}:{self._port}?tls={tls}"
 
     # -- what arrived ------------------------------------------------------------------------
 
@@ -429,8 +455,9 @@ class Catcher:
         if self._server is not None:
             return
         loop = asyncio.get_running_loop()
+        implicit = self._tls_context if self.tls == "tls" else None
         self._server = await loop.create_server(
-            self._new_session, self.host, self._port, reuse_address=True
+            self._new_session, self.host, self._port, reuse_address=True, ssl=implicit
         )
         self._port = self._server.sockets[0].getsockname()[1]
 
@@ -471,6 +498,7 @@ class Catcher:
             enable_SMTPUTF8=True,
             auth_require_tls=not offer_auth,
             authenticator=self._authenticate,
+            tls_context=self._tls_context if self.tls == "starttls" else None,
             loop=self._loop,
         )
 
@@ -533,7 +561,7 @@ class Catcher:
         if stalls:
             stall = max(stalls, key=lambda f: f.seconds)
             if stall.record_first:
-                self._record(envelope, data)
+                self._record(server, envelope, data)
             await asyncio.sleep(stall.seconds)
             if stall.then == "drop":
                 _hang_up(server)
@@ -548,14 +576,17 @@ class Catcher:
             # relay might keep it and lose only its reply; the `stall` fault with
             # record_first=True and then="drop" models that case).
             _hang_up(server)
-        self._record(envelope, data)
+        self._record(server, envelope, data)
         return ACCEPTED
 
-    def _record(self, envelope: Envelope, data: bytes) -> None:
+    def _record(self, server: SMTP, envelope: Envelope, data: bytes) -> None:
         mid = message_id_of(data)
         now = time.time()
         mail_from = envelope.mail_from or ""
-        items = [Received(mail_from, rcpt, data, mid, now) for rcpt in envelope.rcpt_tos]
+        tls = server.transport is not None and server.transport.get_extra_info("ssl_object")
+        items = [
+            Received(mail_from, rcpt, data, mid, now, tls=bool(tls)) for rcpt in envelope.rcpt_tos
+        ]
         with self._changed:
             self._received.extend(items)
             self._changed.notify_all()
