@@ -12,9 +12,10 @@ from typing import Literal
 
 import pytest
 import trustme
+from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
-from senddock.delivery.smtp import HOLD_WHOLE_BODY, SmtpSession
+from senddock.delivery.smtp import HOLD_WHOLE_BODY, SmtpSession, _bracketed
 from senddock.testing import Catcher
 
 HEAD = b"From: news@example.org\r\nTo: reader@example.com\r\nSubject: dots\r\n\r\n"
@@ -142,3 +143,11 @@ async def test_over_tls_the_session_sends_many_and_carries_on_after_a_refusal(
         assert server.delivered_once(["a@example.com", "c@example.com"])
         assert all(r.tls for r in server.received())
         assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["a@b.c", "x.y+tag@sub.example.co.uk", "News <news@example.org>", '"odd one"@example.com'],
+)
+def test_a_bare_address_is_bracketed_as_aiosmtplib_would(address: str) -> None:
+    assert _bracketed(address) == quote_address(address).encode()

@@ -7,8 +7,9 @@ aiosmtplib opens the session (connect, EHLO, STARTTLS, AUTH). The transactions t
 `_Replies`, which takes over the connection: when the server offers PIPELINING (RFC 2920; Postfix
 does) MAIL, RCPT and DATA go in one write and the body with its final dot in another, two round
 trips a message instead of four. aiosmtplib cannot pipeline: its protocol drops any reply that
-arrives while no command awaits one. Measured with smtp-sink, 10 sessions in one process:
-13,500 msg/s at 73 us CPU each step by step, 36,000 at 27 us pipelined.
+arrives while no command awaits one. `bench/smtp_transport.py` (smtp-sink, 10 sessions, one
+process): aiosmtplib's mail/rcpt/data 12,500 msg/s at 79 us CPU a message; this transport one
+command at a time 23,100 at 43 us; pipelined 36,200 at 28 us.
 """
 
 from __future__ import annotations
@@ -236,8 +237,8 @@ class SmtpSession:
         """MAIL FROM and RCPT TO lines; a Reply instead for an address this server can't take."""
         if _UNSAFE.search(sender) or _UNSAFE.search(recipient):
             return Reply("rcpt", 553, "5.1.3 not sent: a control character in an address")
-        mail = b"MAIL FROM:" + quote_address(sender).encode("utf-8")
-        rcpt = b"RCPT TO:" + quote_address(recipient).encode("utf-8")
+        mail = b"MAIL FROM:" + _bracketed(sender)
+        rcpt = b"RCPT TO:" + _bracketed(recipient)
         if not (sender.isascii() and recipient.isascii()):
             if not self._smtputf8:
                 text = "5.6.7 not sent: a non-ASCII address, and the server lacks SMTPUTF8"
@@ -300,6 +301,18 @@ class SmtpSession:
         if self._conn is not None:
             self._conn.transport.close()
         self._conn = None
+
+
+# An address as the worker has it: a bare addr-spec, nothing for aiosmtplib's parser to strip.
+_BARE = re.compile(r'[^\s<>()\[\]\\,;:"@]+@[^\s<>()\[\]\\,;:"@]+')
+
+
+def _bracketed(address: str) -> bytes:
+    """The address as MAIL FROM and RCPT TO carry it: <local@domain>. A bare address is
+    bracketed as it is (email.utils' parser costs ~5 us a call); anything else is parsed."""
+    if _BARE.fullmatch(address):
+        return b"<" + address.encode("utf-8") + b">"
+    return quote_address(address).encode("utf-8")
 
 
 class _Broken(Exception):
