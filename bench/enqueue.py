@@ -7,8 +7,8 @@
 For each size N, subscribers are seeded with generate_series SQL and vacuumed (a real list is
 old: hint bits set, pages all-visible). Then:
   - `campaign send` ms: the wall time of a real `senddock campaign send` process minus that of
-    `senddock --help` (interpreter start and imports), median of 5 each; the campaign is then
-    cancelled;
+    `python -c "import senddock.cli"` (interpreter start and imports), median of 5 each; the
+    campaign is then cancelled;
   - broadcast() ms: how long the in-process call (what the API does) takes to return;
   - enqueue seconds: a second campaign, in process: broadcast() (the first chunk) plus every
     further chunk back to back from PARTS connections at once, as a worker's PARTS enqueue
@@ -100,7 +100,8 @@ def measure(url: str, sizes: list[int], chunk: int) -> list[tuple[int, float, fl
             conn.execute("VACUUM ANALYZE subscribers")
             conn.execute("VACUUM ANALYZE list_memberships")
 
-            base = statistics.median(_seconds([*cli, "--help"], env) for _ in range(5))
+            imports = [sys.executable, "-c", "import senddock.cli"]
+            base = statistics.median(_seconds(imports, env) for _ in range(5))
             sends = []
             for i in range(5):
                 cid = _campaign(conn, list_name, f"cli-{i}")
