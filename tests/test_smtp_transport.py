@@ -15,6 +15,7 @@ import trustme
 from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
+from senddock.delivery.outcome import Verdict, judge
 from senddock.delivery.smtp import HOLD_WHOLE_BODY, SmtpSession, _bracketed
 from senddock.testing import Catcher
 
@@ -151,3 +152,24 @@ async def test_over_tls_the_session_sends_many_and_carries_on_after_a_refusal(
 )
 def test_a_bare_address_is_bracketed_as_aiosmtplib_would(address: str) -> None:
     assert _bracketed(address) == quote_address(address).encode()
+
+
+@pytest.mark.parametrize("smtputf8", [True, False], ids=["smtputf8", "ascii-only"])
+async def test_a_non_ascii_address_needs_smtputf8_else_fails_without_a_bounce(
+    server: Catcher, smtputf8: bool
+) -> None:
+    server.smtputf8 = smtputf8
+    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+    try:
+        reply = await session.send("news@example.org", "jürgen@example.com", BODY)
+        after = await session.send("news@example.org", "plain@example.com", BODY)
+    finally:
+        await session.quit()
+    assert after.code == 250
+    if smtputf8:
+        assert (reply.stage, reply.code) == ("data", 250)
+        assert server.delivered_once(["jürgen@example.com", "plain@example.com"])
+    else:
+        assert (reply.stage, reply.code, reply.enhanced) == ("rcpt", 553, "5.6.7")
+        assert judge(reply) is Verdict.REJECTED  # failed, never suppressed
+        assert server.delivered_once(["plain@example.com"])

@@ -237,6 +237,8 @@ class _Handler:
         session.host_name = hostname  # the hook's duty once it exists (aiosmtpd)
         if self._catcher.pipelining:
             responses.insert(-1, "250-PIPELINING")  # aiosmtpd reads commands one at a time
+        if not self._catcher.smtputf8:
+            responses = [r for r in responses if r != "250-SMTPUTF8"]
         return responses
 
     async def handle_MAIL(
@@ -289,6 +291,8 @@ class Catcher:
         self.require_auth = require_auth
         # Offer PIPELINING (RFC 2920), as Postfix does; False: senders go one command at a time.
         self.pipelining = True
+        # Offer SMTPUTF8 (RFC 6531): non-ASCII addresses; False: a relay that lacks it.
+        self.smtputf8 = True
         # Called on the catcher's loop with (session number, message) when a final dot arrives
         # and before the message is accepted: tests look at what the sender had recorded then.
         self.on_dot: Callable[[int, bytes], None] | None = None
