@@ -5,7 +5,7 @@ from __future__ import annotations
 import email.utils
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 import psycopg
 
@@ -116,8 +116,8 @@ SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fau
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
 """
 
-COUNT_KEYS = (
-    "total",
+# What a recipient's job can show: its status, or for a failed one the reason it failed.
+JobStatus = Literal[
     "pending",
     "sending",
     "retry",
@@ -128,7 +128,9 @@ COUNT_KEYS = (
     "suppressed",
     "exhausted",
     "rejected",
-)
+]
+# A broadcast's counts: its total, then one per JobStatus.
+COUNT_KEYS: tuple[str, ...] = ("total", *get_args(JobStatus))
 
 
 def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:

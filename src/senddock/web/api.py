@@ -25,6 +25,7 @@ from senddock.audience import optin, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.campaigns import compose
+from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
 from senddock.delivery.rescuer import list_workers
 from senddock.web import auth, imports, queries
@@ -368,7 +369,7 @@ def retry_failed(conn: Db, campaign_id: CampaignId) -> s.Requeued:
 def campaign_recipients(
     conn: Db,
     campaign_id: CampaignId,
-    status: Annotated[s.JobStatus | None, Query()] = None,
+    status: Annotated[JobStatus | None, Query()] = None,
     q: Search = None,
     page: PageNo = 1,
     per_page: PerPage = 50,

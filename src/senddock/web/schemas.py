@@ -37,18 +37,6 @@ Address = Annotated[
 Id = Annotated[int, Field(ge=1, le=BIGINT)]
 Attributes = dict[str, Any]
 
-JobStatus = Literal[
-    "pending",
-    "sending",
-    "retry",
-    "sent",
-    "failed",
-    "cancelled",
-    "bounced",
-    "suppressed",
-    "exhausted",
-    "rejected",
-]
 Reason = Literal["bounce", "unsubscribe", "complaint", "manual"]
 
 
