@@ -100,23 +100,30 @@ def members(conn: Conn, list_name: str) -> dict[str, str]:
     return {str(r["e"]): str(r["name"]) for r in rows}
 
 
+def campaign_create(
+    env: dict[str, str],
+    text_file: Path,
+    *extra: str,
+    name: str = "N",
+    list_name: str = "news",
+    subject: str = "S",
+    from_addr: str = FROM,
+) -> subprocess.CompletedProcess[str]:
+    """`senddock campaign create` with these fields; its outcome is the caller's to check."""
+    fields = ["--name", name, "--list", list_name, "--subject", subject, "--from", from_addr]
+    return senddock(env, "campaign", "create", *fields, "--text-file", str(text_file), *extra)
+
+
 def create_via_cli(env: dict[str, str], tmp_path: Path, list_name: str, **kw: str) -> int:
     text = write(tmp_path / "body.txt", kw.pop("text", "Hi {{ subscriber.name }}\n"))
     proc = ok(
-        senddock(
+        campaign_create(
             env,
-            "campaign",
-            "create",
-            "--name",
-            kw.pop("name", "Spring news"),
-            "--list",
-            list_name,
-            "--subject",
-            kw.pop("subject", "Hello {{ subscriber.name }}"),
-            "--from",
-            kw.pop("from_addr", FROM),
-            "--text-file",
-            str(text),
+            text,
+            name=kw.pop("name", "Spring news"),
+            list_name=list_name,
+            subject=kw.pop("subject", "Hello {{ subscriber.name }}"),
+            from_addr=kw.pop("from_addr", FROM),
         )
     )
     assert proc.stdout.strip().isdigit(), f"create must print the id alone: {proc.stdout!r}"
@@ -339,24 +346,7 @@ def test_create_prints_the_new_id_alone(env: dict[str, str], conn: Conn, tmp_pat
     html = write(tmp_path / "h.html", "<p>Hi {{ subscriber.name }}</p>\n")
     ids = []
     for extra in ((), ("--html-file", str(html))):
-        proc = ok(
-            senddock(
-                env,
-                "campaign",
-                "create",
-                "--name",
-                "N",
-                "--list",
-                "news",
-                "--subject",
-                "S",
-                "--from",
-                FROM,
-                "--text-file",
-                str(text),
-                *extra,
-            )
-        )
+        proc = ok(campaign_create(env, text, *extra))
         assert proc.stdout.strip().isdigit(), repr(proc.stdout)
         assert len(proc.stdout.strip().splitlines()) == 1
         ids.append(int(proc.stdout))
@@ -404,21 +394,7 @@ def test_create_refuses_header_injection_and_bad_from(
 ) -> None:
     seed_list(conn, "news", ["ada@example.com"])
     text = write(tmp_path / "t.txt", "Hi\n")
-    proc = senddock(
-        env,
-        "campaign",
-        "create",
-        "--name",
-        "N",
-        "--list",
-        "news",
-        "--subject",
-        subject,
-        "--from",
-        from_addr,
-        "--text-file",
-        str(text),
-    )
+    proc = campaign_create(env, text, subject=subject, from_addr=from_addr)
     one_line_error(proc, mention)
     assert count(conn, "SELECT count(*) FROM campaigns") == 0
 

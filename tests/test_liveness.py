@@ -86,14 +86,7 @@ def test_a_killed_peer_on_this_host_is_rescued_by_a_live_one_at_once(
 
     assert {h["owner"] for h in handbacks.rescues()} == {dead}
     assert {h["job_id"] for h in handbacks.rescues()} == left
-    rows = jobs(conn, bid)
-    by_id = {r["id"]: r for r in rows.values()}
-    assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
-    # The live peer sent every rescued job again: the killed attempt counts, so does its own.
-    assert {(by_id[i]["owner"], by_id[i]["attempts"]) for i in left} == {(live_id, 2)}
-    extra = extra_copies(catcher, rows)
-    assert sum(extra.values()) <= CONCURRENCY, extra
-    assert {rows[e]["id"] for e in extra} <= left
+    _all_sent_the_rescued_by(conn, catcher, bid, len(emails), left, live_id)
 
 
 def test_a_killed_peer_on_another_host_is_rescued_once_its_lease_lapses(
@@ -123,9 +116,17 @@ def test_a_killed_peer_on_another_host_is_rescued_once_its_lease_lapses(
     assert {h["job_id"] for h in rescues} == left
     # Not before the lease lapsed, as the database's clock tells it.
     assert min(h["at"] for h in rescues) - last_beat > timedelta(seconds=LEASE)
+    _all_sent_the_rescued_by(conn, catcher, bid, len(emails), left, live_id)
+
+
+def _all_sent_the_rescued_by(
+    conn: Conn, catcher: Catcher, bid: int, n: int, left: set[int], live_id: int
+) -> None:
+    """Every job sent; the live peer sent each rescued one again (the killed attempt counts,
+    so does its own); an extra copy, at most one per session, is only ever a rescued job's."""
     rows = jobs(conn, bid)
     by_id = {r["id"]: r for r in rows.values()}
-    assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
+    assert Counter(r["status"] for r in rows.values()) == Counter(sent=n)
     assert {(by_id[i]["owner"], by_id[i]["attempts"]) for i in left} == {(live_id, 2)}
     extra = extra_copies(catcher, rows)
     assert sum(extra.values()) <= CONCURRENCY, extra
