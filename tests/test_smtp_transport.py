@@ -173,3 +173,49 @@ async def test_a_non_ascii_address_needs_smtputf8_else_fails_without_a_bounce(
         assert (reply.stage, reply.code, reply.enhanced) == ("rcpt", 553, "5.6.7")
         assert judge(reply) is Verdict.REJECTED  # failed, never suppressed
         assert server.delivered_once(["plain@example.com"])
+
+
+async def test_replies_cut_anywhere_and_multi_line_replies_are_read_whole() -> None:
+    """A server of our own that writes its replies a few bytes at a time, and answers the
+    final dot with a multi-line 250: each reply is read whole, in order."""
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def say(text: bytes) -> None:
+            for i in range(0, len(text), 3):  # three bytes per segment
+                writer.write(text[i : i + 3])
+                await writer.drain()
+                await asyncio.sleep(0)
+
+        await say(b"220 odd.test ESMTP\r\n")
+        while line := await reader.readline():
+            lines.append(line)
+            verb = line[:4].upper()
+            if verb == b"EHLO":
+                await say(b"250-odd.test\r\n250-PIPELINING\r\n250 8BITMIME\r\n")
+            elif verb == b"DATA":
+                await say(b"354 go on\r\n")
+                while (body := await reader.readline()) != b".\r\n":
+                    if not body:
+                        return
+                await say(b"250-2.0.0 queued\r\n250-as 1234\r\n250 2.0.0 bye for now\r\n")
+            elif verb == b"QUIT":
+                await say(b"221 2.0.0 bye\r\n")
+                break
+            else:
+                await say(b"250 2.1.0 ok\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        session = SmtpSession(SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=5)
+        try:
+            replies = [await session.send("news@example.org", rcpt, BODY) for rcpt in "ab"]
+        finally:
+            await session.quit()
+    assert [(r.stage, r.code, r.text) for r in replies] == [
+        ("data", 250, "2.0.0 queued\nas 1234\n2.0.0 bye for now")
+    ] * 2
+    verbs = [line.split(b":")[0].split()[0] for line in lines]
+    assert verbs == [b"EHLO", *[b"MAIL", b"RCPT", b"DATA"] * 2, b"QUIT"]
