@@ -21,6 +21,7 @@ from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.delivery.worker import Worker
+from senddock.testing import Catcher, Fault
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -203,3 +204,9 @@ def plan_nodes(conn: Conn, sql: str, params: Any) -> list[dict[str, Any]]:
 
     walk(json.loads(plan) if isinstance(plan, str) else plan)
     return found
+
+
+def paced(seconds: float = 0.02) -> Catcher:
+    """A relay that takes a moment per message, so a broadcast lasts long enough to act on
+    (a pipelined worker sends thousands a second to an unpaced one)."""
+    return Catcher(fault_for=lambda _addr: Fault.stall(seconds, attempts=None))

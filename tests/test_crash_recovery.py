@@ -17,6 +17,7 @@ import secrets
 import signal
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -37,7 +38,7 @@ from crash_support import (
 from senddock.campaigns import status
 from senddock.delivery.rescuer import LOCK_CLASS
 from senddock.testing import Catcher, Fault
-from support import Conn, jobs, send_campaign, unfinished, wait_until, worker_env
+from support import Conn, jobs, paced, send_campaign, unfinished, wait_until, worker_env
 
 CONCURRENCY = 5
 # Short liveness settings so a missed boot rescue is caught by the next sweep within seconds.
@@ -210,15 +211,23 @@ def test_two_workers_share_a_broadcast_without_duplicates(
     assert handbacks.rescues() == []
 
 
+@pytest.fixture
+def slow_catcher() -> Iterator[Catcher]:
+    """20 ms a message: the live worker still has work after its peer's restart."""
+    with paced() as catcher:
+        yield catcher
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_restarting_one_worker_leaves_the_live_one_alone(
     sig: signal.Signals,
     conn: Conn,
     db_url: str,
-    catcher: Catcher,
+    slow_catcher: Catcher,
     fleet: Fleet,
     handbacks: Handbacks,
 ) -> None:
+    catcher = slow_catcher
     emails = addresses(3000)
     cid, bid = send_campaign(conn, "news", emails)
     env = worker_env(db_url, catcher.url, **LIVENESS)

@@ -6,10 +6,11 @@ import json
 import time
 
 from senddock.campaigns import cancel, pause, resume, status
-from senddock.testing import Catcher, Fault
+from senddock.testing import Catcher
 from support import (
     Conn,
     ThreadWorker,
+    paced,
     send_campaign,
     senddock,
     unfinished,
@@ -18,11 +19,6 @@ from support import (
 )
 
 COUNTED = ("pending", "sending", "retry", "sent", "failed", "cancelled")
-
-
-def paced(seconds: float = 0.02) -> Catcher:
-    """A relay that takes a moment per message, so a broadcast lasts long enough to act on."""
-    return Catcher(fault_for=lambda _addr: Fault.stall(seconds, attempts=None))
 
 
 def assert_exact(st: dict[str, int]) -> None:
