@@ -219,3 +219,29 @@ async def test_replies_cut_anywhere_and_multi_line_replies_are_read_whole() -> N
     ] * 2
     verbs = [line.split(b":")[0].split()[0] for line in lines]
     assert verbs == [b"EHLO", *[b"MAIL", b"RCPT", b"DATA"] * 2, b"QUIT"]
+
+
+@pytest.mark.parametrize(
+    ("sender", "recipient", "stage", "verdict"),
+    [
+        ("jürgen@example.org", "plain@example.com", "mail", Verdict.SENDER_FAULT),
+        ("news@example.org", "bad\r\nRCPT TO:<x@example.com>", "rcpt", Verdict.REJECTED),
+        ("news@example.org\r\nRSET", "plain@example.com", "mail", Verdict.SENDER_FAULT),
+    ],
+)
+async def test_an_address_refused_here_blames_the_sender_or_rejects_never_bounces(
+    server: Catcher, sender: str, recipient: str, stage: str, verdict: Verdict
+) -> None:
+    """An envelope we refuse to send: a bad sender is about us (it must never suppress a
+    subscriber, invariant 6); a bad recipient is rejected, not bounced; nothing goes out."""
+    server.smtputf8 = False
+    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+    try:
+        reply = await session.send(sender, recipient, BODY)
+        after = await session.send("news@example.org", "plain@example.com", BODY)
+    finally:
+        await session.quit()
+    assert (reply.stage, reply.code) == (stage, 553)
+    assert judge(reply) is verdict
+    assert after.code == 250
+    assert server.delivered_once(["plain@example.com"])

@@ -116,21 +116,14 @@ SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fau
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
 """
 
-# What a recipient's job can show: its status, or for a failed one the reason it failed.
-JobStatus = Literal[
-    "pending",
-    "sending",
-    "retry",
-    "sent",
-    "failed",
-    "cancelled",
-    "bounced",
-    "suppressed",
-    "exhausted",
-    "rejected",
-]
-# A broadcast's counts: its total, then one per JobStatus.
-COUNT_KEYS: tuple[str, ...] = ("total", *get_args(JobStatus))
+# A job's status, and for a failed one the reason it failed: what a recipient can show.
+JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled"]
+Failure = Literal["bounced", "suppressed", "exhausted", "rejected"]
+JobStatus = Literal[JobState, Failure]
+JOB_STATUSES: tuple[str, ...] = get_args(JobState)
+FAILURES: tuple[str, ...] = get_args(Failure)
+# A broadcast's counts: its total, then one per status and per failure reason.
+COUNT_KEYS: tuple[str, ...] = ("total", *JOB_STATUSES, *FAILURES)
 
 
 def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:

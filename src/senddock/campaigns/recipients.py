@@ -7,11 +7,9 @@ from typing import Any
 
 import psycopg
 
-from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES, CampaignError, UnknownCampaign
 from senddock.delivery.queue import NOTIFY_CHANNEL
 
-JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "cancelled")
-FAILURES = ("bounced", "suppressed", "exhausted", "rejected")
 COLUMNS = (
     "email",
     "status",

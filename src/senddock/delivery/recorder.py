@@ -9,7 +9,6 @@ is most of what durability costs per message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -77,9 +76,11 @@ class Recorder:
                     self._arrived.clear()
                     await self._arrived.wait()
                 if not self._kick.is_set():
-                    # Nobody needs them yet: wait for a need, a full group, or the linger.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._kick.wait(), self.linger)
+                    # Nobody needs them yet: wait for a need, a full group, or the linger (a
+                    # timer, not wait_for(), which costs a task per group).
+                    linger = asyncio.get_running_loop().call_later(self.linger, self._kick.set)
+                    await self._kick.wait()
+                    linger.cancel()
                 self._kick.clear()
                 group, self._waiting = self._waiting, []
                 await self._commit(group)

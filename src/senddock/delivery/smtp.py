@@ -234,17 +234,21 @@ class SmtpSession:
             return Reply(stage, None, _describe(exc))
 
     def _envelope(self, sender: str, recipient: str) -> tuple[bytes, bytes] | Reply:
-        """MAIL FROM and RCPT TO lines; a Reply instead for an address this server can't take."""
-        if _UNSAFE.search(sender) or _UNSAFE.search(recipient):
-            return Reply("rcpt", 553, "5.1.3 not sent: a control character in an address")
-        mail = b"MAIL FROM:" + _bracketed(sender)
-        rcpt = b"RCPT TO:" + _bracketed(recipient)
-        if not (sender.isascii() and recipient.isascii()):
-            if not self._smtputf8:
+        """MAIL FROM and RCPT TO lines; a Reply instead for an address this server can't take.
+
+        No server said so: a bad sender is charged to MAIL (about us: it pauses the broadcast
+        and suppresses nobody), a bad recipient to RCPT as rejected, never as a bounce.
+        """
+        for stage, address in (("mail", sender), ("rcpt", recipient)):
+            if _UNSAFE.search(address):
+                return Reply(stage, 553, "5.5.4 not sent: a control character in the address")
+            if not address.isascii() and not self._smtputf8:
                 text = "5.6.7 not sent: a non-ASCII address, and the server lacks SMTPUTF8"
-                return Reply("rcpt", 553, text)
+                return Reply(stage, 553, text)
+        mail = b"MAIL FROM:" + _bracketed(sender)
+        if not (sender.isascii() and recipient.isascii()):
             mail += b" SMTPUTF8"
-        return mail, rcpt
+        return mail, b"RCPT TO:" + _bracketed(recipient)
 
     async def _start(
         self, conn: _Replies, envelope: tuple[bytes, bytes]

@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamil
 from prometheus_client.registry import Collector
 from psycopg_pool import PoolTimeout
 
+from senddock.campaigns.campaigns import JOB_STATUSES
 from senddock.db import check_current
 from senddock.db.migrate import MigrationError
 from senddock.web import auth
@@ -53,7 +54,6 @@ SELECT count(*) FILTER (WHERE heartbeat_at > now() - make_interval(secs => %s)) 
        count(*) AS registered
 FROM workers
 """
-JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "cancelled")
 
 
 class QueueCollector(Collector):

@@ -13,7 +13,8 @@ from starlette.responses import Response
 from senddock import campaigns
 from senddock.audience.addresses import InvalidAddress
 from senddock.audience.lists import UnknownList, all_lists
-from senddock.campaigns.recipients import FAILURES, JOB_STATUSES
+from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
+from senddock.campaigns.recipients import page as recipients_page
 from senddock.messages import HeaderError, TemplateProblem
 from senddock.web.dashboard import queries
 from senddock.web.dashboard.chart import sent_per_minute_svg
@@ -146,7 +147,7 @@ def campaign_page(
         state = live_state(conn, campaign_id)
         rows: list[dict[str, Any]] = []
         if about["broadcast_id"]:
-            rows = queries.recipients_page(
+            rows = recipients_page(
                 conn, about["broadcast_id"], shown or None, like(q), at.limit, at.offset
             )
     return render(

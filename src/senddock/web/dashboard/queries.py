@@ -11,9 +11,7 @@ from typing import Any
 
 import psycopg
 
-from senddock.campaigns.campaigns import COUNT_KEYS
-from senddock.campaigns.recipients import FAILURES
-from senddock.campaigns.recipients import page as recipient_page
+from senddock.campaigns.campaigns import COUNT_KEYS, FAILURES
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -108,13 +106,6 @@ def counts_of(conn: Conn, broadcast_ids: list[int]) -> dict[int, dict[str, int]]
 
 def campaign(conn: Conn, campaign_id: int) -> dict[str, Any] | None:
     return conn.execute(CAMPAIGN, {"id": campaign_id}).fetchone()
-
-
-def recipients_page(
-    conn: Conn, broadcast_id: int, status: str | None, q: str | None, limit: int, offset: int
-) -> list[dict[str, Any]]:
-    """A page of recipients; `status` is a job status or a failure reason (else ignored)."""
-    return recipient_page(conn, broadcast_id, status, q, limit, offset)
 
 
 def rate(conn: Conn, broadcast_id: int) -> int:
