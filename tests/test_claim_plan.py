@@ -12,12 +12,15 @@ from typing import Any
 
 from senddock.campaigns import broadcast
 from senddock.campaigns.broadcast import enqueue_all
-from senddock.delivery.queue import CLAIM
+from senddock.delivery.outcome import Reply, Transition
+from senddock.delivery.queue import RECORD_MANY, Job, Outcome, claim_sql, outcome_rows
 from support import Conn, new_campaign, plan_nodes, seed_list
 
 FINISHED = 50_000
 PENDING = 500
-CLAIM_PARAMS = {"n": 10, "owner": 1}
+CLAIMED = 10
+CLAIM = claim_sql(CLAIMED)
+CLAIM_PARAMS = {"owner": 1}
 
 
 def _explain(conn: Conn) -> list[dict[str, Any]]:
@@ -77,7 +80,7 @@ def test_claim_on_the_mixed_queue_takes_only_claimable_rows(conn: Conn) -> None:
     bid = _seed_mixed_queue(conn)
     with conn.transaction():
         rows = conn.execute(CLAIM, CLAIM_PARAMS).fetchall()
-    assert len(rows) == CLAIM_PARAMS["n"]
+    assert len(rows) == CLAIMED
     claimed = [int(r["id"]) for r in rows]
     states = conn.execute(
         "SELECT status, count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
@@ -85,11 +88,41 @@ def test_claim_on_the_mixed_queue_takes_only_claimable_rows(conn: Conn) -> None:
         (bid,),
     ).fetchall()
     by_status = {str(r["status"]): int(r["n"]) for r in states}
-    assert by_status.get("sending") == CLAIM_PARAMS["n"]
-    assert by_status.get("pending", 0) + by_status.get("retry", 0) == PENDING - CLAIM_PARAMS["n"]
+    assert by_status.get("sending") == CLAIMED
+    assert by_status.get("pending", 0) + by_status.get("retry", 0) == PENDING - CLAIMED
     held = conn.execute(
         "SELECT count(*) AS n FROM broadcast_jobs WHERE id = ANY(%s) AND status = 'sending'"
         " AND owner = %s",
         (claimed, CLAIM_PARAMS["owner"]),
     ).fetchone()
-    assert held == {"n": CLAIM_PARAMS["n"]}
+    assert held == {"n": CLAIMED}
+
+
+def test_outcomes_find_their_rows_by_primary_key_however_many_claims_are_held(conn: Conn) -> None:
+    """A group of outcomes reaches its rows through the primary key. Fenced by constants (owner =
+    1, status = 'sending'), the planner read every row the owner held through
+    broadcast_jobs_sending and hashed them all, for each group: the cost grew with the claims
+    held (250 for five senders claiming 50 each), not with the group."""
+    _seed_mixed_queue(conn)  # analyzed with nothing in `sending`, as a broadcast starts
+    with conn.transaction():
+        held = [Job(**r) for r in conn.execute(claim_sql(250), CLAIM_PARAMS).fetchall()]
+    assert len(held) == 250
+    sent = Reply("data", 250, "2.0.0 Ok")
+    group = [Outcome(job, Transition("sent"), sent) for job in held[:5]]
+    params = {"outcomes": outcome_rows(CLAIM_PARAMS["owner"], group)}
+
+    nodes = plan_nodes(conn, RECORD_MANY, params)
+    on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
+    scans = [n for n in on_jobs if "Scan" in n["Node Type"]]
+    assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
+        ("Index Scan", "broadcast_jobs_pkey")
+    ]
+
+    with conn.transaction():
+        written = {int(r["id"]) for r in conn.execute(RECORD_MANY, params).fetchall()}
+    assert written == {o.job.id for o in group}
+    states = conn.execute(
+        "SELECT status, count(*) AS n FROM broadcast_jobs WHERE id = ANY(%s) GROUP BY status",
+        ([job.id for job in held],),
+    ).fetchall()
+    assert {str(r["status"]): int(r["n"]) for r in states} == {"sent": 5, "sending": 245}

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from senddock.campaigns import CampaignError, retry_failed, status
 from senddock.campaigns.campaigns import COUNTS
 from senddock.delivery import cleaner
-from senddock.delivery.queue import CLAIM
+from senddock.delivery.queue import claim_sql
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, plan_nodes, send_campaign, wait_until
 
@@ -44,7 +44,7 @@ def test_claim_reads_the_partial_index_of_claimable_rows_past_a_hundred_thousand
     conn: Conn,
 ) -> None:
     _finished_queue(conn)
-    nodes = _plan(conn, CLAIM, {"n": 10, "owner": 1})
+    nodes = _plan(conn, claim_sql(10), {"owner": 1})
     on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
     assert on_jobs, "the claim does not read broadcast_jobs"
     used = {str(n["Index Name"]) for n in on_jobs if "Index Name" in n}
@@ -141,7 +141,7 @@ def test_a_big_enqueue_claims_through_the_claimable_index_without_waiting_for_au
 ) -> None:
     """The enqueue refreshes the statistics: fresh ones make the claim walk 10 rows, not 20,000."""
     send_campaign(conn, "fresh", [f"f{i}@fresh.example" for i in range(20_000)], "fresh")
-    nodes = _plan(conn, CLAIM, {"n": 10, "owner": 1})
+    nodes = _plan(conn, claim_sql(10), {"owner": 1})
     picked = {str(n["Index Name"]) for n in nodes if "broadcast_jobs" in n.get("Index Name", "")}
     # The locking scan reads the partial index; the UPDATE finds each row by its primary key.
     assert picked == {"broadcast_jobs_claimable", "broadcast_jobs_pkey"}, picked
