@@ -83,8 +83,6 @@ ORDER BY c.id
 # the primary key is the only index that can find the rows: fenced by constants, the planner
 # read every row this process holds through broadcast_jobs_sending and hashed them, for each
 # group (a third of the statement's cost with 250 claims held).
-# `json`, not `jsonb`: read once, it need not be built into a jsonb value first (−14 % of the
-# statement's cost, bench/queue_cost.py).
 RECORD_MANY = """
 UPDATE broadcast_jobs j
 SET status        = r.status,
@@ -98,7 +96,7 @@ SET status        = r.status,
     last_reply    = r.reply,
     last_stage    = r.stage,
     updated_at    = now()
-FROM json_to_recordset(%(outcomes)s::json)
+FROM jsonb_to_recordset(%(outcomes)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
           stage text)
