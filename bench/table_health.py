@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
@@ -32,7 +29,7 @@ from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
-from senddock.db.embedded import EmbeddedPostgres
+from senddock.db.embedded import given_or_embedded
 from senddock.delivery import queue
 from senddock.delivery.outcome import Reply, Transition
 
@@ -126,12 +123,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=5, help="concurrent claimers")
     parser.add_argument("--batch", type=int, default=10, help="jobs per claim")
     args = parser.parse_args()
-    url = os.environ.get("SENDDOCK_DATABASE_URL")
-    server = None
-    if not url:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="sdhealth")) / "pg", delete=True)
-        url = server.start()
-    try:
+    with given_or_embedded("sdhealth") as url:
         with connect(url) as conn:
             migrate(conn)
             list_id = ensure_list(conn, f"health-{time.time_ns()}")
@@ -149,9 +141,6 @@ def main() -> int:
             row = conn.execute("SELECT count(*) AS n FROM broadcast_jobs").fetchone()
             held = int(str(row["n"])) if row else 0
         full = max(drain_rate(url, list_name, args.jobs, args.sessions, args.batch) for _ in "ab")
-    finally:
-        if server is not None:
-            server.stop()
     table = Table(title="Claim + record throughput (real queue SQL)")
     for col in ("rows in broadcast_jobs", "jobs/s", "ratio to empty"):
         table.add_column(col, justify="right")

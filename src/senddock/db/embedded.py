@@ -10,7 +10,9 @@ import contextlib
 import logging
 import os
 import subprocess
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,22 @@ class EmbeddedPostgres:
     def restart(self) -> None:
         """Stop and start the same server (its socket path stays the same)."""
         pg_ctl(self.pgdata, "restart", "-m", "fast")
+
+
+@contextlib.contextmanager
+def given_or_embedded(prefix: str) -> Iterator[str]:
+    """The server SENDDOCK_DATABASE_URL names, else an embedded Postgres in a new temporary
+    folder, stopped and deleted on the way out (the benchmarks' database)."""
+    given = os.environ.get("SENDDOCK_DATABASE_URL")
+    if given:
+        yield given
+        return
+    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix=prefix)) / "pg", delete=True)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
 
 
 def pg_ctl(pgdata: Path, command: str, *args: str) -> None:
