@@ -58,8 +58,7 @@ def enqueue(url: str, jobs: int) -> None:
         bid, _, _ = broadcast(conn, cid)
         enqueue_all(conn, bid)
         conn.commit()
-    with connect(url) as conn:
-        conn.autocommit = True
+        conn.autocommit = True  # VACUUM runs outside a transaction
         conn.execute("VACUUM ANALYZE broadcast_jobs")
         conn.execute("CHECKPOINT")
 

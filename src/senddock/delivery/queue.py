@@ -42,9 +42,9 @@ class Job:
 # Invariant 2: one statement claims; the CTE locks at most n rows (LIMIT inside the locking
 # SELECT), counts the attempt at claim, and commits before anything is sent. A job whose
 # address was suppressed after enqueue fails here as suppressed and is never sent.
-# The limit is written into the statement (`claim_sql`), not bound: with `LIMIT $1` Postgres
-# re-plans every claim (its generic plan cannot know the limit, so it never adopts it), about a
-# millisecond of planning a claim; a fixed limit lets it keep one plan per connection.
+# The limit is written into the statement (`claim_sql`), not bound: with `LIMIT $1` the generic
+# plan must guess the limit, and past about 100,000 claimable jobs Postgres never adopts it and
+# plans every claim anew (about a millisecond); a fixed limit lets it keep one plan.
 CLAIM = """
 WITH picked AS (
     SELECT j.id, EXISTS (
