@@ -2,13 +2,17 @@
 
     .venv/bin/python bench/queue_cost.py                       # 50,000 jobs, defaults below
     .venv/bin/python bench/queue_cost.py --group 10 --held 500
+    .venv/bin/python bench/queue_cost.py --jobs 20000 --group 2,5,10,20   # per statement, per row
 
 One connection claims (`queue.claim`, `--batch` jobs at a time) and keeps `--held` claims in
 hand, as five senders of a worker claiming 50 each do; another writes their outcomes as `sent`
 in groups of `--group` (`queue.record_many`, one commit each), oldest first. The CPU of each
 backend is read from /proc (psutil) before and after, and the WAL written from
 pg_current_wal_lsn(): Postgres's cost per message, apart from the workers' and the relay's,
-which `bench/speed.py` cannot separate from the rest of a saturated machine. Uses
+which `bench/speed.py` cannot separate from the rest of a saturated machine. Given several group
+sizes, it drains the queue once for each and splits the outcome cost into what each statement
+costs whatever its size (parsing, planning, the commit and its WAL flush) and what each row adds,
+by a least-squares fit of cost a job = per row + per statement / group size. Uses
 SENDDOCK_DATABASE_URL if set, else an embedded Postgres.
 """
 
@@ -42,9 +46,15 @@ JOIN = "INSERT INTO list_memberships (list_id, subscriber_id) SELECT %(list)s, i
 AConn = AsyncConnection[dict[str, Any]]
 
 
+RESET = (
+    "TRUNCATE broadcast_jobs, broadcasts, campaigns, list_memberships, lists, subscribers CASCADE"
+)
+
+
 def enqueue(url: str, jobs: int) -> None:
-    """A running broadcast of `jobs` pending jobs, analyzed and checkpointed."""
+    """A running broadcast of `jobs` pending jobs (and nothing else), analyzed and checkpointed."""
     with connect(url) as conn:
+        conn.execute(RESET)
         conn.execute(SEED, {"n": jobs})
         conn.execute(JOIN, {"list": ensure_list(conn, "cost")})
         cid = create_campaign(
@@ -104,37 +114,82 @@ async def drain(url: str, batch: int, group: int, held: int) -> dict[str, float]
     }
 
 
+def group_sizes(text: str) -> list[int]:
+    sizes = [int(part) for part in text.split(",") if part.strip()]
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("group sizes are positive integers, comma-separated")
+    return sizes
+
+
+def fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """(per row, per statement) µs from (group size, µs a job) points: cost = a + b / size."""
+    if len({g for g, _ in points}) < 2:
+        return None
+    xs, ys = [1 / g for g, _ in points], [y for _, y in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    b /= sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=50, help="jobs per claim")
-    parser.add_argument("--group", type=int, default=5, help="outcomes per commit")
+    parser.add_argument(
+        "--group",
+        type=group_sizes,
+        default=[5],
+        help="outcomes per commit; several, comma-separated, to split statement from row cost",
+    )
     parser.add_argument("--held", type=int, default=250, help="claims in hand")
     args = parser.parse_args()
+    runs: list[tuple[int, dict[str, float]]] = []
     with given_or_embedded("sdcost") as url:
         with connect(url) as conn:
             migrate(conn)
             version = conn.execute("SHOW server_version").fetchone()
-        enqueue(url, args.jobs)
-        got = asyncio.run(drain(url, args.batch, args.group, args.held))
-    n = got["n"]
-    assert n == args.jobs, (n, args.jobs)
+        for group in args.group:
+            enqueue(url, args.jobs)
+            got = asyncio.run(drain(url, args.batch, group, args.held))
+            assert got["n"] == args.jobs, (got["n"], args.jobs)
+            runs.append((group, got))
     title = (
-        f"Postgres {version['server_version'] if version else '?'}: {n:,} jobs, claims of"
-        f" {args.batch}, {args.held} held, outcome groups of {args.group}"
+        f"Postgres {version['server_version'] if version else '?'}: {args.jobs:,} jobs, claims"
+        f" of {args.batch}, {args.held} held"
     )
     table = Table(title=title)
-    for col in ("claim CPU µs/job", "outcome CPU µs/job", "both", "WAL bytes/job", "jobs/s"):
+    for col in (
+        "outcomes per commit",
+        "claim CPU µs/job",
+        "outcome CPU µs/job",
+        "both",
+        "WAL bytes/job",
+        "jobs/s",
+    ):
         table.add_column(col, justify="right")
-    claim, record = got["claim"] / n * 1e6, got["record"] / n * 1e6
-    table.add_row(
-        f"{claim:.1f}",
-        f"{record:.1f}",
-        f"{claim + record:.1f}",
-        f"{got['wal'] / n:,.0f}",
-        f"{n / got['wall']:,.0f}",
-    )
-    Console().print(table)
+    points = []
+    for group, got in runs:
+        n = got["n"]
+        claim, record = got["claim"] / n * 1e6, got["record"] / n * 1e6
+        points.append((group, record))
+        table.add_row(
+            str(group),
+            f"{claim:.1f}",
+            f"{record:.1f}",
+            f"{claim + record:.1f}",
+            f"{got['wal'] / n:,.0f}",
+            f"{n / got['wall']:,.0f}",
+        )
+    out = Console()
+    out.print(table)
+    split = fit(points)
+    if split is not None:
+        per_row, per_statement = split
+        out.print(
+            f"An outcome statement costs Postgres about {per_statement:,.0f} µs of CPU whatever"
+            f" its size, and {per_row:,.0f} µs more a row (least squares over the groups above)."
+        )
     return 0
 
 

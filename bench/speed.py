@@ -796,6 +796,68 @@ def results_table(rows: list[Row], n: int) -> Table:
     return t
 
 
+def per_message(seconds: float | None, messages: int) -> float | None:
+    """CPU seconds over a run as microseconds a message."""
+    return seconds / messages * 1e6 if seconds is not None and messages else None
+
+
+def bounds_table(rows: list[Row]) -> Table:
+    """Where each message's CPU went, and what that leaves SendDock's ratio at best.
+
+    If SendDock's workers cost no more CPU a message than (b) does (same rendering, same SMTP),
+    only Postgres and smtp-sink would be left between it and (b): `bound` is the ratio that CPU
+    would allow, on the cores this run had (with --pin: the worker's and the servers' CPUs
+    apart). `worker extra` is what the worker spends beyond (b): its database client, claims,
+    group commits and bookkeeping. `needed` is the worker CPU a message that a 0.9 ratio leaves.
+    """
+    t = Table(
+        title="Where each message's CPU went (µs of CPU a message; busy = share of the cores)"
+    )
+    for col in (
+        "variant",
+        "worker",
+        "(b) loop",
+        "worker extra",
+        "Postgres",
+        "smtp-sink",
+        "busy",
+        f"worker needed for {TARGET_RATIO}",
+        "bound if worker = (b)",
+    ):
+        t.add_column(col, justify="left" if col == "variant" else "right")
+    for r in rows:
+        b = r.baseline
+        if b is None or not r.messages or not b.messages:
+            continue
+        w, c = per_message(r.cpu, r.messages), per_message(b.cpu, b.messages)
+        pg, sink = per_message(r.db_cpu, r.messages), per_message(r.sink_cpu, r.messages)
+        if w is None or c is None or pg is None or sink is None:
+            continue
+        if PIN is not None:
+            worker_cores, server_cores = len(PIN[0]), len(PIN[1])
+            # The worker's CPU and the servers' CPU each cap the rate on their own.
+            bound_rate = min(worker_cores / c, server_cores / (pg + sink)) * 1e6
+            needed = worker_cores / (TARGET_RATIO * b.rate) * 1e6
+            busy = r.rate * w / 1e6 / worker_cores
+        else:
+            cores = len(os.sched_getaffinity(0))
+            bound_rate = min(cores / (c + pg + sink), r.processes / c) * 1e6
+            needed = cores / (TARGET_RATIO * b.rate) * 1e6 - pg - sink
+            busy = r.rate * (w + pg + sink) / 1e6 / cores
+        t.add_row(
+            r.variant.removeprefix("(a) "),
+            f"{w:,.0f}",
+            f"{c:,.0f}",
+            f"{w - c:+,.0f}",
+            f"{pg:,.0f}",
+            f"{sink:,.0f}",
+            f"{busy:.0%}",
+            f"{needed:,.0f}",
+            f"{bound_rate / b.rate:.2f}",
+        )
+    return t
+
+
 def targets_table(rows: list[Row], lat: Latency | None, mem: Memory | None) -> Table:
     t = Table(title="Issue 6 targets (measured in this run)")
     t.add_column("target")
@@ -1046,6 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Console(width=200)
     out.print(results_table(rows, n))
     out.print(targets_table(rows, lat, mem))
+    out.print(bounds_table(rows))
     for r in rows:
         for note in r.notes:
             out.print(f"[yellow]note:[/yellow] {note}")
