@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 import warnings
@@ -72,12 +73,13 @@ def given_or_embedded(prefix: str) -> Iterator[str]:
     if given:
         yield given
         return
-    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix=prefix)) / "pg", delete=True)
-    url = server.start()
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    server = EmbeddedPostgres(base / "pg", delete=True)
     try:
-        yield url
+        yield server.start()
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)  # the server deletes only its data folder
 
 
 def pg_ctl(pgdata: Path, command: str, *args: str) -> None:

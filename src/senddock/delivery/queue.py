@@ -42,10 +42,11 @@ class Job:
 # Invariant 2: one statement claims; the CTE locks at most n rows (LIMIT inside the locking
 # SELECT), counts the attempt at claim, and commits before anything is sent. A job whose
 # address was suppressed after enqueue fails here as suppressed and is never sent.
-# The limit is written into the statement (`claim_sql`), not bound: with `LIMIT $1` the generic
-# plan must guess the limit, and past about 100,000 claimable jobs Postgres never adopts it and
-# plans every claim anew (about a millisecond); a fixed limit lets it keep one plan.
-CLAIM = """
+# The limit is written into the statement by `claim_sql` (this is only its template), not bound:
+# with `LIMIT $1` the generic plan must guess the limit, and past about 100,000 claimable jobs
+# Postgres never adopts it and plans every claim anew (about a millisecond); a fixed limit lets
+# it keep one plan.
+CLAIM_TEMPLATE = """
 WITH picked AS (
     SELECT j.id, EXISTS (
                SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email)
@@ -194,15 +195,15 @@ NOTE_SENDER_FAULT = "UPDATE broadcasts SET last_sender_fault = %(reason)s WHERE 
 
 @functools.lru_cache(maxsize=8)
 def claim_sql(n: int) -> str:
-    """CLAIM taking at most `n` jobs."""
-    return sql.SQL(CLAIM).format(n=sql.Literal(int(n))).as_string(None)
+    """The claim statement, taking at most `n` jobs."""
+    return sql.SQL(CLAIM_TEMPLATE).format(n=sql.Literal(int(n))).as_string(None)
 
 
 async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
     """Claim up to n due jobs for `owner` and commit the claim.
 
     One statement on an autocommit connection is its own transaction: it has committed when
-    its rows arrive, with one round trip instead of BEGIN, CLAIM, COMMIT.
+    its rows arrive, with one round trip instead of BEGIN, the claim, COMMIT.
     """
     _own_transaction(conn)
     cur = await conn.execute(claim_sql(n), {"owner": owner})
