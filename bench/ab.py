@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +35,7 @@ import psutil  # type: ignore[import-untyped]  # (no stubs; installed with pixel
 from rich.console import Console
 from rich.table import Table
 
+import speed
 from senddock.db import connect
 from speed import (
     SPAN,
@@ -44,11 +45,16 @@ from speed import (
     cpu_delta,
     database,
     env_for,
+    fmt,
     new_campaign,
     parse_configs,
+    per_message,
+    pin_servers,
     process_cpu,
     seed_audience,
     smtp_sink,
+    start_workers,
+    stop_workers,
 )
 
 LEFTOVERS = """
@@ -100,50 +106,41 @@ class Run:
     per_commit: float
 
 
-def per_message(seconds: float | None, n: int) -> float | None:
-    return seconds / n * 1e6 if seconds is not None and n else None
+@dataclass(frozen=True)
+class Bench:
+    """What every run shares: the database, smtp-sink, the audience, the workers' shape."""
+
+    conn: Conn
+    url: str
+    postmaster: int | None
+    sink: str
+    sink_pid: int
+    list_name: str
+    processes: int
+    concurrency: int
+    seconds: float
+    logs: Path
 
 
-def one_run(
-    conn: Conn,
-    url: str,
-    sink: str,
-    sink_pid: int,
-    postmaster: int | None,
-    list_name: str,
-    tree: Path,
-    round_no: int,
-    workers: tuple[int, int],
-    seconds: float,
-    pin: set[int] | None,
-) -> Run:
-    env = env_for(url, sink)
+def one_run(bench: Bench, tree: Path, round_no: int) -> Run:
+    conn = bench.conn
+    env = env_for(bench.url, bench.sink)
     env["PYTHONPATH"] = str(tree / "src")
-    cid = new_campaign(conn, list_name, f"ab {round_no} {tree} {time.time_ns()}")
+    cid = new_campaign(conn, bench.list_name, f"ab {round_no} {tree} {time.time_ns()}")
     cli_send(env, cid)
-    processes, concurrency = workers
-    argv = [sys.executable, "-m", "senddock", "worker", "--processes", "1"]
-    argv += ["--concurrency", str(concurrency)]
-    procs = [
-        subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(processes)
-    ]
-    if pin is not None:
-        for p in procs:
-            os.sched_setaffinity(p.pid, pin)
+    log = bench.logs / f"round{round_no}-{tree.name or 'root'}.log"
+    procs = start_workers(env, bench.processes, bench.concurrency, log)  # pinned with --pin
     watched = [psutil.Process(p.pid) for p in procs]
     # CPU is counted from WARM_UP on (past the imports and the first claims), against the
     # messages sent from then on; the rate is over every sent row's span of sent_at.
-    warm = min(WARM_UP, seconds / 4)
+    warm = min(WARM_UP, bench.seconds / 4)
     time.sleep(warm)
-    a = sample(conn, watched, postmaster, sink_pid)
-    time.sleep(seconds - warm)
-    b = sample(conn, watched, postmaster, sink_pid)
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        if p.wait(60) != 0:
-            sys.exit(f"a worker from {tree} exited with {p.returncode}")
+    a = sample(conn, watched, bench.postmaster, bench.sink_pid)
+    time.sleep(bench.seconds - warm)
+    b = sample(conn, watched, bench.postmaster, bench.sink_pid)
+    stop_workers(procs)
+    if any(p.returncode != 0 for p in procs):
+        sys.exit(f"a worker from {tree} did not stop cleanly; see {log}")
     span = conn.execute(SPAN, (cid,)).fetchone()
     counted = conn.execute(SENT_BETWEEN, {"campaign": cid, "a": a.at, "b": b.at}).fetchone()
     conn.execute(LEFTOVERS, {"campaign": cid})
@@ -161,10 +158,6 @@ def one_run(
         sink_us=per_message(cpu_delta(a.sink, b.sink), m),
         per_commit=n / int(span["commits"]),
     )
-
-
-def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def main() -> int:
@@ -194,42 +187,39 @@ def main() -> int:
         smtp_sink() as (sink, sink_pid),
         connect(url) as conn,
     ):
-        pin = None
         if args.pin:
             cpus = sorted(os.sched_getaffinity(0))
             if len(cpus) < 2:
                 sys.exit("--pin needs at least 2 CPUs")
-            pin = {cpus[0]}
-            for pid in [sink_pid, postmaster]:
-                if pid is not None:
-                    for p in [psutil.Process(pid), *psutil.Process(pid).children()]:
-                        p.cpu_affinity(cpus[1:])
-        list_name = seed_audience(conn, args.jobs, "ab")
+            speed.PIN = ({cpus[0]}, set(cpus[1:]))
+            pin_servers(postmaster, sink_pid)
+        processes, concurrency = args.workers[0]
+        bench = Bench(
+            conn=conn,
+            url=url,
+            postmaster=postmaster,
+            sink=sink,
+            sink_pid=sink_pid,
+            list_name=seed_audience(conn, args.jobs, "ab"),
+            processes=processes,
+            concurrency=concurrency,
+            seconds=args.seconds,
+            logs=Path(tempfile.mkdtemp(prefix="sdab-logs")),
+        )
         for round_no in range(1, args.rounds + 1):
             # The order flips every round: the second run of a round came out 2-7 % faster
             # than the first even with the same code in both (A/A runs), so ABBA cancels it.
             for tree in trees if round_no % 2 else trees[::-1]:
                 with err.status(f"round {round_no}/{args.rounds}: {tree}"):
-                    run = one_run(
-                        conn,
-                        url,
-                        sink,
-                        sink_pid,
-                        postmaster,
-                        list_name,
-                        tree,
-                        round_no,
-                        args.workers[0],
-                        args.seconds,
-                        pin,
-                    )
+                    run = one_run(bench, tree, round_no)
                 err.print(f"round {round_no}: {tree}: {run.rate:,.0f} msg/s")
                 runs.append(run)
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
-    p, c = args.workers[0]
-    table = Table(title=f"{p}x{c} workers, {args.seconds:.0f} s a run, alternated")
+    table = Table(
+        title=f"{processes}x{concurrency} workers, {args.seconds:.0f} s a run, alternated"
+    )
     for col in ("round", "tree", "sent", "msg/s", "worker µs/msg", "PG µs/msg", "sink µs/msg"):
         table.add_column(col, justify="left" if col == "tree" else "right")
     table.add_column("per commit", justify="right")
