@@ -15,8 +15,9 @@ broadcast is deleted and the table vacuumed, so every run starts from the same q
 
 Printed: each run's messages a second (the sent rows' span of sent_at), the workers', Postgres's
 and smtp-sink's CPU a message once the workers are up (from 2 s after their start, against the
-messages sent since), and outcomes per commit; then each tree against the first, round
-by round, and the median of those ratios.
+messages sent since), how often the workers slept a message (their voluntary context switches),
+and outcomes per commit; then each tree against the first, round by round, and the median of
+those ratios.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Sample:
 
     at: datetime
     worker: float
+    # The workers' voluntary context switches: how often they slept, waiting with nothing to do.
+    sleeps: int
     postgres: float | None
     sink: float | None
 
@@ -87,11 +90,12 @@ def sample(
 ) -> Sample:
     row = conn.execute("SELECT now() AS at").fetchone()
     assert row is not None
-    cpu = 0.0
+    cpu, sleeps = 0.0, 0
     for w in workers:
         t = w.cpu_times()
         cpu += t.user + t.system
-    return Sample(row["at"], cpu, backends_cpu(postmaster), process_cpu(sink_pid))
+        sleeps += w.num_ctx_switches().voluntary
+    return Sample(row["at"], cpu, sleeps, backends_cpu(postmaster), process_cpu(sink_pid))
 
 
 @dataclass
@@ -101,6 +105,7 @@ class Run:
     sent: int
     rate: float
     worker_us: float
+    sleeps: float
     pg_us: float | None
     sink_us: float | None
     per_commit: float
@@ -122,13 +127,14 @@ class Bench:
     logs: Path
 
 
-def one_run(bench: Bench, tree: Path, round_no: int) -> Run:
+def one_run(bench: Bench, tree: Path, slot: int, round_no: int) -> Run:
+    """One window of the worker from `tree` (the `slot`th tree given) on a new broadcast."""
     conn = bench.conn
     env = env_for(bench.url, bench.sink)
     env["PYTHONPATH"] = str(tree / "src")
     cid = new_campaign(conn, bench.list_name, f"ab {round_no} {tree} {time.time_ns()}")
     cli_send(env, cid)
-    log = bench.logs / f"round{round_no}-{tree.name or 'root'}.log"
+    log = bench.logs / f"round{round_no}-tree{slot}-{tree.name or 'root'}.log"
     procs = start_workers(env, bench.processes, bench.concurrency, log)  # pinned with --pin
     watched = [psutil.Process(p.pid) for p in procs]
     # CPU is counted from WARM_UP on (past the imports and the first claims), against the
@@ -154,6 +160,7 @@ def one_run(bench: Bench, tree: Path, round_no: int) -> Run:
         sent=n,
         rate=n / float(span["span"]),
         worker_us=(b.worker - a.worker) / m * 1e6,
+        sleeps=(b.sleeps - a.sleeps) / m,
         pg_us=per_message(cpu_delta(a.postgres, b.postgres), m),
         sink_us=per_message(cpu_delta(a.sink, b.sink), m),
         per_commit=n / int(span["commits"]),
@@ -209,9 +216,10 @@ def main() -> int:
         for round_no in range(1, args.rounds + 1):
             # The order flips every round: the second run of a round came out 2-7 % faster
             # than the first even with the same code in both (A/A runs), so ABBA cancels it.
-            for tree in trees if round_no % 2 else trees[::-1]:
+            order = list(enumerate(trees))
+            for slot, tree in order if round_no % 2 else order[::-1]:
                 with err.status(f"round {round_no}/{args.rounds}: {tree}"):
-                    run = one_run(bench, tree, round_no)
+                    run = one_run(bench, tree, slot, round_no)
                 err.print(f"round {round_no}: {tree}: {run.rate:,.0f} msg/s")
                 runs.append(run)
     out = Console()
@@ -220,8 +228,10 @@ def main() -> int:
     table = Table(
         title=f"{processes}x{concurrency} workers, {args.seconds:.0f} s a run, alternated"
     )
-    for col in ("round", "tree", "sent", "msg/s", "worker µs/msg", "PG µs/msg", "sink µs/msg"):
+    for col in ("round", "tree", "sent", "msg/s", "worker µs/msg", "sleeps/msg"):
         table.add_column(col, justify="left" if col == "tree" else "right")
+    for col in ("PG µs/msg", "sink µs/msg"):
+        table.add_column(col, justify="right")
     table.add_column("per commit", justify="right")
     for r in runs:
         table.add_row(
@@ -230,6 +240,7 @@ def main() -> int:
             f"{r.sent:,}",
             f"{r.rate:,.0f}",
             f"{r.worker_us:,.0f}",
+            f"{r.sleeps:.2f}",
             fmt(r.pg_us, ",.0f"),
             fmt(r.sink_us, ",.0f"),
             f"{r.per_commit:.1f}",
