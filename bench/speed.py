@@ -3,6 +3,7 @@
     .venv/bin/python bench/speed.py                       # 20,000 messages, 3 rounds
     .venv/bin/python bench/speed.py --messages 100000 --connections 10 --png speed.png
     .venv/bin/python bench/speed.py --profile /tmp/worker.prof   # py-spy the worker too
+    .venv/bin/python bench/speed.py --rtt-ms 10    # the relay 10 ms away (bench/relay_delay.py)
 
 Both sides send the same personalised messages (subject and a ~1.5 KB body with the name and
 the signed unsubscribe URL) to Postfix's `smtp-sink` on 127.0.0.1, which this script starts:
@@ -182,6 +183,31 @@ def smtp_sink() -> Iterator[tuple[str, int]]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def relayed(smtp_url: str, rtt_ms: float) -> Iterator[str]:
+    """The relay's SMTP URL as the senders reach it: smtp-sink itself, or with `rtt_ms` > 0
+    bench/relay_delay.py in front of it (a process of its own) adding that round trip."""
+    if rtt_ms <= 0:
+        yield smtp_url
+        return
+    target = urlsplit(smtp_url)
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("relay_delay.py")),
+            *("--to", str(target.port), "--rtt-ms", str(rtt_ms)),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proxy.stdout is not None
+        port = int(proxy.stdout.readline())
+        yield smtp_url.replace(f":{target.port}", f":{port}", 1)
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
 
 
 def _with_db(url: str, name: str) -> str:
@@ -1027,6 +1053,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--logs", type=Path, help="keep worker logs in this folder")
     parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="a relay at a network distance: this round trip added in front of smtp-sink"
+        " for (a) and (b) alike (bench/relay_delay.py)",
+    )
+    parser.add_argument(
         "--memory",
         type=int,
         default=1_000_000,
@@ -1043,7 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = args.configs or list(dict.fromkeys([DEFAULTS, (1, c), (DEFAULTS[0], c)]))
     with (
         database(args.database_url) as (url, postmaster),
-        smtp_sink() as (sink, sink_pid),
+        smtp_sink() as (sink_url, sink_pid),
+        relayed(sink_url, args.rtt_ms) as sink,
         connect(url) as conn,
     ):
         env = env_for(url, sink)
