@@ -3,6 +3,7 @@
     git worktree add /tmp/before HEAD~1
     .venv/bin/python bench/ab.py /tmp/before . --rounds 4
     .venv/bin/python bench/ab.py /tmp/before . --workers 1x10 --pin
+    .venv/bin/python bench/ab.py /tmp/before . --rtt-ms 1     # the relay 1 ms away
 
 On this shared machine, runs a few minutes apart differ by a third, so a change to the worker
 shows only in runs of both versions alternated back to back. Each round runs `senddock worker`
@@ -52,6 +53,7 @@ from speed import (
     per_message,
     pin_servers,
     process_cpu,
+    relayed,
     seed_audience,
     smtp_sink,
     start_workers,
@@ -180,6 +182,9 @@ def main() -> int:
         "--pin", action="store_true", help="workers on CPU 0, Postgres and smtp-sink elsewhere"
     )
     parser.add_argument("--database-url", help="a server to make a throwaway database on")
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0, help="the relay this round trip away (relay_delay.py)"
+    )
     args = parser.parse_args()
     trees = [t.resolve() for t in args.trees]
     for t in trees:
@@ -191,7 +196,8 @@ def main() -> int:
     runs: list[Run] = []
     with (
         database(args.database_url) as (url, postmaster),
-        smtp_sink() as (sink, sink_pid),
+        smtp_sink() as (sink_url, sink_pid),
+        relayed(sink_url, args.rtt_ms) as sink,
         connect(url) as conn,
     ):
         if args.pin:
