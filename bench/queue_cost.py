@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -125,11 +126,10 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
     """(per row, per statement) µs from (group size, µs a job) points: cost = a + b / size."""
     if len({g for g, _ in points}) < 2:
         return None
-    xs, ys = [1 / g for g, _ in points], [y for _, y in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    b /= sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    per_statement, per_row = statistics.linear_regression(
+        [1 / g for g, _ in points], [y for _, y in points]
+    )
+    return per_row, per_statement
 
 
 def main() -> int:

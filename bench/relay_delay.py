@@ -3,8 +3,9 @@ round trip in each direction before passing it on.
 
     .venv/bin/python bench/relay_delay.py --to 2525 --rtt-ms 10      # prints its port
 
-`bench/speed.py --rtt-ms N` runs it in front of smtp-sink for SendDock and the plain loop alike,
-in a process of its own, so its CPU counts as neither's. Bytes keep their order (every segment
+`bench/speed.py --rtt-ms N` and `bench/ab.py --rtt-ms N` run it (`running()`) in front of
+smtp-sink for SendDock and the plain loop alike, in a process of its own, so its CPU counts as
+neither's. Bytes keep their order (every segment
 waits the same time); there is no loss and no bandwidth limit, and the kernel's own traffic
 control (tc netem) is not needed.
 """
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import subprocess
 import sys
+from collections.abc import Iterator
 from typing import cast
 
 
@@ -63,6 +67,10 @@ async def serve(port: int, target: int, rtt: float) -> None:
             if client.transport is not None:
                 client.transport.close()
             return
+        if client.transport is None or client.transport.is_closing():
+            if upstream.transport is not None:  # the client left while we connected
+                upstream.transport.close()
+            return
         client.attach(upstream)
         upstream.attach(client)
 
@@ -80,6 +88,19 @@ async def serve(port: int, target: int, rtt: float) -> None:
     print(bound, flush=True)
     async with server:
         await server.serve_forever()
+
+
+@contextlib.contextmanager
+def running(target: int, rtt_ms: float) -> Iterator[int]:
+    """This proxy in a process of its own, in front of 127.0.0.1:`target`; yields its port."""
+    argv = [sys.executable, __file__, "--to", str(target), "--rtt-ms", str(rtt_ms)]
+    proxy = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    try:
+        assert proxy.stdout is not None
+        yield int(proxy.stdout.readline())
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
 
 
 def main() -> int:

@@ -51,6 +51,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+import relay_delay
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import compose, create_campaign
 from senddock.cli import DEFAULT_CONCURRENCY, default_processes
@@ -193,21 +194,8 @@ def relayed(smtp_url: str, rtt_ms: float) -> Iterator[str]:
         yield smtp_url
         return
     target = urlsplit(smtp_url)
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("relay_delay.py")),
-            *("--to", str(target.port), "--rtt-ms", str(rtt_ms)),
-        ],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proxy.stdout is not None
-        port = int(proxy.stdout.readline())
-        yield smtp_url.replace(f":{target.port}", f":{port}", 1)
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
+    with relay_delay.running(target.port or 25, rtt_ms) as port:
+        yield urlunsplit(target._replace(netloc=f"{target.hostname}:{port}"))
 
 
 def _with_db(url: str, name: str) -> str:

@@ -5,9 +5,8 @@ later than the relay would answer, and it carries a whole message through to the
 
 from __future__ import annotations
 
+import importlib.util
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,21 +15,21 @@ import pytest
 
 from senddock.testing import Catcher
 
-PROXY = Path(__file__).resolve().parent.parent / "bench" / "relay_delay.py"
+# bench/ is not a package: load the script by its path, as `bench/speed.py` imports it.
+_SPEC = importlib.util.spec_from_file_location(
+    "relay_delay", Path(__file__).resolve().parent.parent / "bench" / "relay_delay.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+relay_delay = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(relay_delay)
+
 RTT = 0.08  # seconds: far above loopback's, so that a proxy adding none cannot pass
 
 
 @pytest.fixture
 def relayed() -> Iterator[tuple[Catcher, int]]:
-    with Catcher() as catcher:
-        argv = [sys.executable, str(PROXY), "--to", str(catcher.port), "--rtt-ms", str(RTT * 1000)]
-        proxy = subprocess.Popen(argv, stdout=subprocess.PIPE)
-        try:
-            assert proxy.stdout is not None
-            yield catcher, int(proxy.stdout.readline())
-        finally:
-            proxy.terminate()
-            proxy.wait(10)
+    with Catcher() as catcher, relay_delay.running(catcher.port, RTT * 1000) as port:
+        yield catcher, port
 
 
 def _reply(sock: socket.socket) -> bytes:
@@ -69,7 +68,9 @@ def test_a_pipelined_message_reaches_the_relay_intact(relayed: tuple[Catcher, in
         sock.sendall(b"MAIL FROM:<news@example.org>\r\nRCPT TO:<reader@example.com>\r\nDATA\r\n")
         replies = b""
         while replies.count(b"\r\n") < 3:
-            replies += sock.recv(4096)
+            chunk = sock.recv(4096)
+            assert chunk, f"connection closed after {replies!r}"
+            replies += chunk
         assert [line[:3] for line in replies.split(b"\r\n")[:3]] == [b"250", b"250", b"354"]
         sock.sendall(body + b".\r\n")
         assert _reply(sock).startswith(b"250")
