@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -506,19 +507,24 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
     """Send every message over `connections` reused sessions; (sent, seconds).
 
     The sessions are SendDock's own transport (delivery/smtp.py) with nothing held back: the
-    same SMTP work as a worker, minus every durable step."""
+    same SMTP work as a worker, minus every durable step. With no commit to wait for, each
+    session always sends its next envelope with the final dot: one round trip a message."""
     target = SmtpTarget.parse(smtp_url)
     queue: collections.deque[tuple[Recipient, str]] = collections.deque(plain.recipients)
     sent = 0
 
     async def session() -> None:
         nonlocal sent
-        smtp = SmtpSession(target, timeout=60)
+        smtp = SmtpSession(target, timeout=60, ahead_min_rtt=0.0)
+        following = queue.popleft() if queue else None
         try:
-            while queue:
-                rcpt, message_id = queue.popleft()
+            while following is not None:
+                rcpt, message_id = following
+                following = queue.popleft() if queue else None
                 data = plain.message.render(rcpt, message_id)
-                reply = await smtp.send(plain.envelope_from, rcpt.email, data)
+                nxt = None if following is None else (plain.envelope_from, following[0].email)
+                then = functools.partial(_same, nxt)
+                reply = await smtp.send(plain.envelope_from, rcpt.email, data, then=then)
                 if reply.code == 250:
                     sent += 1
         finally:
@@ -527,6 +533,10 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
     t0 = time.perf_counter()
     await asyncio.gather(*(session() for _ in range(connections)))
     return sent, time.perf_counter() - t0
+
+
+def _same(value: tuple[str, str] | None) -> tuple[str, str] | None:
+    return value
 
 
 def run_plain(plain: Plain, smtp_url: str, processes: int, connections: int) -> Row:

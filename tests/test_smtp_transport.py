@@ -7,8 +7,10 @@ without it (one command at a time).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, cast
 
 import pytest
 import trustme
@@ -16,11 +18,17 @@ from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Verdict, judge
-from senddock.delivery.smtp import HOLD_WHOLE_BODY, SmtpSession, _bracketed
+from senddock.delivery.smtp import AHEAD_WINDOW, HOLD_WHOLE_BODY, SmtpSession, _bracketed
 from senddock.testing import Catcher
+from support import relay_delay
 
 HEAD = b"From: news@example.org\r\nTo: reader@example.com\r\nSubject: dots\r\n\r\n"
 BODY = HEAD + b"hello\r\n"
+
+
+def _then(envelope: tuple[str, str] | None) -> Callable[[], tuple[str, str] | None]:
+    """`send()`'s `then`: the next message's (sender, recipient), decided in advance."""
+    return lambda: envelope
 
 
 @pytest.fixture(params=[True, False], ids=["pipelining", "one-by-one"])
@@ -61,10 +69,14 @@ async def test_a_body_larger_than_the_hold_arrives_whole_after_the_hold(server: 
     assert data == body
 
 
-async def test_refusals_name_their_stage_and_the_session_carries_on(server: Catcher) -> None:
+@pytest.mark.parametrize("ahead", [False, True], ids=["own-envelope", "envelope-ahead"])
+async def test_refusals_name_their_stage_and_the_session_carries_on(
+    server: Catcher, ahead: bool
+) -> None:
     """A refused RCPT, deferred DATA and RCPT, a drop after the data, between good messages:
-    every reply is charged to its stage, and each good message arrives once."""
-    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10)
+    every reply is charged to its stage, and each good message arrives once. With each next
+    envelope sent ahead with the final dot, too: the replies land on the same messages."""
+    session = SmtpSession(SmtpTarget.parse(server.url), timeout=10, ahead_min_rtt=0.0)
     order = [
         "a@example.com",
         "bounce-b@example.com",
@@ -76,8 +88,12 @@ async def test_refusals_name_their_stage_and_the_session_carries_on(server: Catc
         "flaky-h@example.com",
         "i@example.com",
     ]
+    nexts = [*(("news@example.org", rcpt) if ahead else None for rcpt in order[1:]), None]
     try:
-        replies = [await session.send("news@example.org", rcpt, BODY) for rcpt in order]
+        replies = [
+            await session.send("news@example.org", rcpt, BODY, then=_then(n))
+            for rcpt, n in zip(order, nexts, strict=True)
+        ]
     finally:
         await session.quit()
     got = {rcpt: (r.stage, r.code) for rcpt, r in zip(order, replies, strict=True)}
@@ -94,6 +110,120 @@ async def test_refusals_name_their_stage_and_the_session_carries_on(server: Catc
     }
     assert server.delivered_once([r for r in order if "-" not in r.split("@")[0]])
     assert server.connections == 2  # the drop cost one new connection; refusals none
+
+
+async def test_the_next_envelope_goes_in_the_same_write_as_the_final_dot() -> None:
+    """A server of our own answers a final dot, but the last, only if the next MAIL came with
+    it in the same read, and 451 otherwise: every message is accepted only if each envelope
+    went out with the dot before it."""
+    n = 5
+    ahead = 0
+
+    class Strict(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = cast(asyncio.Transport, transport)
+            self.buffer = b""
+            self.in_data = False
+            self.dots = 0
+            self.transport.write(b"220 strict.test ESMTP\r\n")
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while b"\r\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\r\n", 1)
+                self.transport.write(self.answer(line))
+
+        def answer(self, line: bytes) -> bytes:
+            nonlocal ahead
+            if self.in_data:
+                if line != b".":
+                    return b""
+                self.in_data = False
+                self.dots += 1
+                if self.buffer.startswith(b"MAIL FROM:"):
+                    ahead += 1
+                elif self.dots < n:
+                    return b"451 4.3.0 no envelope came with the dot\r\n"
+                return b"250 2.0.0 queued\r\n"
+            verb = line[:4].upper()
+            if verb == b"EHLO":
+                return b"250-strict.test\r\n250 PIPELINING\r\n"
+            if verb == b"DATA":
+                self.in_data = True
+                return b"354 go on\r\n"
+            if verb == b"QUIT":
+                self.transport.close()
+                return b"221 2.0.0 bye\r\n"
+            return b"250 2.1.0 ok\r\n"
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Strict, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    order = [f"r{i}@example.com" for i in range(n)]
+    nexts = [*(("news@example.org", r) for r in order[1:]), None]
+    async with server:
+        session = SmtpSession(
+            SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=5, ahead_min_rtt=0.0
+        )
+        try:
+            replies = [
+                await session.send("news@example.org", rcpt, BODY, then=_then(x))
+                for rcpt, x in zip(order, nexts, strict=True)
+            ]
+        finally:
+            await session.quit()
+    assert [(r.stage, r.code) for r in replies] == [("data", 250)] * n
+    assert ahead == n - 1
+
+
+async def test_an_envelope_sent_ahead_is_never_ended_for_another_message(catcher: Catcher) -> None:
+    """The next envelope went with the dot, then another message (or none) came instead: the
+    session hangs up on that envelope's DATA rather than end it, and no one gets a message
+    that was not sent to them."""
+    session = SmtpSession(SmtpTarget.parse(catcher.url), timeout=10, ahead_min_rtt=0.0)
+    sender = "news@example.org"
+    try:
+        a = await session.send(sender, "a@example.com", BODY, then=lambda: (sender, "b@x.test"))
+        c = await session.send(sender, "c@example.com", BODY)  # not b
+        d = await session.send(sender, "d@example.com", BODY, then=lambda: (sender, "e@x.test"))
+    finally:
+        await session.quit()  # e's envelope went ahead; nothing follows
+    assert [(r.stage, r.code) for r in (a, c, d)] == [("data", 250)] * 3
+    assert catcher.delivered_once(["a@example.com", "c@example.com", "d@example.com"])
+    assert catcher.dots_with_more == 2  # a's and d's dots carried an envelope
+    assert catcher.connections == 2  # b's envelope cost its connection
+
+
+@pytest.mark.parametrize("rtt_ms", [0, 5])
+async def test_envelopes_go_ahead_only_to_a_relay_a_millisecond_or_more_away(
+    catcher: Catcher, rtt_ms: int
+) -> None:
+    """Next to the sender (127.0.0.1) each envelope waits for the dot's reply; 5 ms away, once
+    AHEAD_WINDOW dots showed the distance, each goes with the dot before it."""
+    n = AHEAD_WINDOW + 10
+    order = [f"r{i}@example.com" for i in range(n)]
+    nexts = [*(("news@example.org", r) for r in order[1:]), None]
+    with contextlib.ExitStack() as stack:
+        port = catcher.port
+        if rtt_ms:
+            port = stack.enter_context(relay_delay.running(catcher.port, rtt_ms))
+        session = SmtpSession(SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=10)
+        try:
+            codes = [
+                (await session.send("news@example.org", r, BODY, then=_then(x))).code
+                for r, x in zip(order, nexts, strict=True)
+            ]
+        finally:
+            await session.quit()
+    assert codes == [250] * n
+    assert catcher.delivered_once(order)
+    if rtt_ms:
+        assert session.far
+        # The window fills with the first AHEAD_WINDOW dots; all but the last after them.
+        assert catcher.dots_with_more >= n - AHEAD_WINDOW - 3
+    else:
+        assert not session.far
+        assert catcher.dots_with_more == 0
 
 
 async def test_a_refused_sender_is_charged_to_mail(server: Catcher) -> None:

@@ -296,6 +296,9 @@ class Catcher:
         # Called on the catcher's loop with (session number, message) when a final dot arrives
         # and before the message is accepted: tests look at what the sender had recorded then.
         self.on_dot: Callable[[int, bytes], None] | None = None
+        # Final dots that arrived with the next command behind them, in the same read: the
+        # sender wrote the next envelope with the dot, without waiting for the dot's reply.
+        self.dots_with_more = 0
         self.host = host
         self.hostname = hostname
         self._user = user
@@ -557,6 +560,11 @@ class Catcher:
             if fault is not None and fault.stage == "data" and fault.applies(attempt)
         ]
         data = envelope.original_content or b""
+        # aiosmtpd reads from an asyncio.StreamReader; what is still in its buffer after the
+        # final dot arrived with it (a private attribute, so looked up defensively).
+        if getattr(getattr(server, "_reader", None), "_buffer", None):
+            with self._lock:
+                self.dots_with_more += 1
         if self.on_dot is not None:
             self.on_dot(id(server), data)
         if any(fault.kind == "disconnect" for _, fault in active):
