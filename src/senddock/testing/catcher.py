@@ -299,6 +299,9 @@ class Catcher:
         # Final dots that arrived with the next command behind them, in the same read: the
         # sender wrote the next envelope with the dot, without waiting for the dot's reply.
         self.dots_with_more = 0
+        # Seconds to wait before answering each final dot, as a relay that writes the message
+        # to its queue first, or a far one: senders then send their next envelope with the dot.
+        self.dot_delay = 0.0
         self.host = host
         self.hostname = hostname
         self._user = user
@@ -567,6 +570,8 @@ class Catcher:
                 self.dots_with_more += 1
         if self.on_dot is not None:
             self.on_dot(id(server), data)
+        if self.dot_delay > 0:
+            await asyncio.sleep(self.dot_delay)
         if any(fault.kind == "disconnect" for _, fault in active):
             _hang_up(server)
         stalls = [fault for _, fault in active if fault.kind == "stall"]

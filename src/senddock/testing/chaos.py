@@ -164,10 +164,15 @@ class Proc:
 class Harness:
     """Owns one embedded Postgres (which scenarios may stop, restart or kill) and a log folder."""
 
-    def __init__(self, workdir: Path | None = None, *, seed: int = 20_240_601) -> None:
+    def __init__(
+        self, workdir: Path | None = None, *, seed: int = 20_240_601, dot_delay: float = 0.0
+    ) -> None:
+        """`dot_delay`: seconds each world's catcher waits before it answers a final dot; from
+        a millisecond on, workers send each next envelope with the dot (delivery/smtp.py)."""
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="senddock-chaos-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.seed = seed
+        self.dot_delay = dot_delay
         # Its own short folder: a unix socket path must stay under ~100 bytes.
         self._pgbase = Path(tempfile.mkdtemp(prefix="sdcpg"))
         self.pg = EmbeddedPostgres(self._pgbase / "pg", delete=True)
@@ -340,6 +345,7 @@ class World:
         self.catcher = Catcher(
             self._fault_for, user=smtp_user, password=smtp_password, require_auth=True
         )
+        self.catcher.dot_delay = harness.dot_delay
         self.retry_schedule = retry_schedule
         self.extra_env = dict(env or {})
         self.db_name = f"chaos_{scenario}_{secrets.token_hex(3)}"
@@ -682,6 +688,9 @@ class World:
             self.check(not failed, f"jobs failed: {failed}")
             if not finished:
                 self.note(f"rows when it gave up: {counts}")
+        if self.catcher.dot_delay > 0:
+            ahead = self.catcher.dots_with_more
+            self.note(f"{ahead:,} of {len(received):,} final dots came with the next envelope")
         kinds = ", ".join(f"{n} {k}" for k, n in self.faults.items()) or "none"
         return Result(
             scenario=self.scenario,
