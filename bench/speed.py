@@ -10,8 +10,9 @@ the signed unsubscribe URL) to Postfix's `smtp-sink` on 127.0.0.1, which this sc
  (a) SendDock: `senddock campaign send` (the real CLI) enqueues, real `senddock worker`
      processes drain, against an embedded Postgres (or a fresh database on --database-url);
  (b) the fastest loop we can write without durability: asyncio on uvloop, the same number of
-     reused SMTP connections (SendDock's own transport, which outruns aiosmtplib's `data()`),
-     the same rendering, no database; in one process
+     reused SMTP connections (SendDock's own transport, which outruns aiosmtplib's `data()`,
+     always sending each next envelope with the final dot: one round trip a message), the
+     same rendering, no database; in one process
      (issue 6's definition), and also forked into as many processes as a multi-process
      SendDock run, so that one is compared at equal parallelism too.
 Then, against the in-process Catcher (smtp-sink keeps no times): time to first send after

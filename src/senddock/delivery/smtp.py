@@ -10,8 +10,9 @@ trips a message instead of four. Told the next message's envelope (`then`), the 
 in the same write as the final dot (RFC 2920 lets message content open a group): one round trip
 a message. aiosmtplib cannot pipeline: its protocol drops any reply that arrives while no
 command awaits one. `bench/smtp_transport.py` (smtp-sink, 10 sessions, one process):
-aiosmtplib's mail/rcpt/data 12,500 msg/s at 79 us CPU a message; this transport one command at
-a time 23,100 at 43 us; pipelined 36,200 at 28 us.
+aiosmtplib's mail/rcpt/data 11,300 msg/s at 88 us CPU a message; this transport one command at
+a time 20,100 at 49 us; pipelined 31,500 at 31 us; each next envelope with the dot 42,200 at
+24 us.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ HOLD_WHOLE_BODY = 64 * 1024
 # The next message's envelope goes with a final dot only to a relay that takes at least this
 # long to answer one (the quickest of the last AHEAD_WINDOW final dots: its distance, or its own
 # work, as Postfix writes a message to its queue before it answers). There it saves a round trip
-# a message: +46 % at 2 ms and +72-79 % at 4 and 10 ms (bench/ab.py --rtt-ms, 2x5 workers on
-# smtp-sink). Quicker, it gains nothing (1 ms: +1 %) and costs 7 % on 127.0.0.1: each sender
-# then needs its previous outcome at once, and half as many outcomes share a commit.
+# a message: +10 % at 1 ms, +46 % at 2 ms, +72-79 % at 4 and 10 ms (bench/ab.py --rtt-ms, 2x5
+# workers on smtp-sink). On 127.0.0.1 it would cost 7 %: each sender then needs its previous
+# outcome at once, and half as many outcomes share a commit.
 AHEAD_MIN_RTT = 0.001
 AHEAD_WINDOW = 16
 
