@@ -176,6 +176,69 @@ async def test_the_next_envelope_goes_in_the_same_write_as_the_final_dot() -> No
     assert ahead == n - 1
 
 
+async def test_a_session_that_ends_before_answering_an_envelope_sent_ahead_is_replaced() -> None:
+    """The server takes the first message and hangs up without answering the envelope that
+    came with its dot (as a relay restarting would): the second message goes on a new session,
+    its envelope sent again, and is accepted there; nothing is charged to it."""
+    connections: list[list[bytes]] = []
+
+    class Once(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = cast(asyncio.Transport, transport)
+            self.buffer = b""
+            self.in_data = False
+            self.lines: list[bytes] = []
+            connections.append(self.lines)
+            self.transport.write(b"220 once.test ESMTP\r\n")
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while b"\r\n" in self.buffer and not self.transport.is_closing():
+                line, self.buffer = self.buffer.split(b"\r\n", 1)
+                self.lines.append(line)
+                self.transport.write(self.answer(line))
+
+        def answer(self, line: bytes) -> bytes:
+            if self.in_data:
+                if line != b".":
+                    return b""
+                self.in_data = False
+                if len(connections) == 1:  # the first session: accept, then go away unasked
+                    self.buffer = b""
+                    asyncio.get_running_loop().call_later(0.05, self.transport.close)
+                return b"250 2.0.0 queued\r\n"
+            verb = line[:4].upper()
+            if verb == b"EHLO":
+                return b"250-once.test\r\n250 PIPELINING\r\n"
+            if verb == b"DATA":
+                self.in_data = True
+                return b"354 go on\r\n"
+            if verb == b"QUIT":
+                self.transport.close()
+                return b"221 2.0.0 bye\r\n"
+            return b"250 2.1.0 ok\r\n"
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    sender = "news@example.org"
+    async with server:
+        session = SmtpSession(
+            SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=5, ahead_min_rtt=0.0
+        )
+        try:
+            first = await session.send(
+                sender, "a@example.com", BODY, then=_then((sender, "b@x.test"))
+            )
+            second = await session.send(sender, "b@x.test", BODY)
+        finally:
+            await session.quit()
+    assert [(r.stage, r.code) for r in (first, second)] == [("data", 250)] * 2
+    assert len(connections) == 2
+    # The second session carried b's whole transaction, its envelope written anew.
+    assert connections[1][1:4] == [b"MAIL FROM:<news@example.org>", b"RCPT TO:<b@x.test>", b"DATA"]
+
+
 async def test_an_envelope_sent_ahead_is_never_ended_for_another_message(catcher: Catcher) -> None:
     """The next envelope went with the dot, then another message (or none) came instead: the
     session hangs up on that envelope's DATA rather than end it, and no one gets a message
