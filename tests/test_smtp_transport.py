@@ -31,6 +31,48 @@ def _then(envelope: tuple[str, str] | None) -> Callable[[], tuple[str, str] | No
     return lambda: envelope
 
 
+class _Scripted(asyncio.Protocol):
+    """A server of our own, a line at a time: it offers PIPELINING, says 250 to every command,
+    354 to DATA, and `dot()` answers each final dot; `buffer` holds what came after the line
+    being answered, in the same read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.buffer = b""
+        self.in_data = False
+        self.dots = 0
+        self.lines: list[bytes] = []
+        self.transport.write(b"220 scripted.test ESMTP\r\n")
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n" in self.buffer and not self.transport.is_closing():
+            line, self.buffer = self.buffer.split(b"\r\n", 1)
+            self.lines.append(line)
+            self.transport.write(self.answer(line))
+
+    def answer(self, line: bytes) -> bytes:
+        if self.in_data:
+            if line != b".":
+                return b""
+            self.in_data = False
+            self.dots += 1
+            return self.dot()
+        verb = line[:4].upper()
+        if verb == b"EHLO":
+            return b"250-scripted.test\r\n250 PIPELINING\r\n"
+        if verb == b"DATA":
+            self.in_data = True
+            return b"354 go on\r\n"
+        if verb == b"QUIT":
+            self.transport.close()
+            return b"221 2.0.0 bye\r\n"
+        return b"250 2.1.0 ok\r\n"
+
+    def dot(self) -> bytes:
+        return b"250 2.0.0 queued\r\n"
+
+
 @pytest.fixture(params=[True, False], ids=["pipelining", "one-by-one"])
 def server(request: pytest.FixtureRequest, catcher: Catcher) -> Catcher:
     catcher.pipelining = request.param
@@ -119,42 +161,14 @@ async def test_the_next_envelope_goes_in_the_same_write_as_the_final_dot() -> No
     n = 5
     ahead = 0
 
-    class Strict(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)
-            self.buffer = b""
-            self.in_data = False
-            self.dots = 0
-            self.transport.write(b"220 strict.test ESMTP\r\n")
-
-        def data_received(self, data: bytes) -> None:
-            self.buffer += data
-            while b"\r\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\r\n", 1)
-                self.transport.write(self.answer(line))
-
-        def answer(self, line: bytes) -> bytes:
+    class Strict(_Scripted):
+        def dot(self) -> bytes:
             nonlocal ahead
-            if self.in_data:
-                if line != b".":
-                    return b""
-                self.in_data = False
-                self.dots += 1
-                if self.buffer.startswith(b"MAIL FROM:"):
-                    ahead += 1
-                elif self.dots < n:
-                    return b"451 4.3.0 no envelope came with the dot\r\n"
-                return b"250 2.0.0 queued\r\n"
-            verb = line[:4].upper()
-            if verb == b"EHLO":
-                return b"250-strict.test\r\n250 PIPELINING\r\n"
-            if verb == b"DATA":
-                self.in_data = True
-                return b"354 go on\r\n"
-            if verb == b"QUIT":
-                self.transport.close()
-                return b"221 2.0.0 bye\r\n"
-            return b"250 2.1.0 ok\r\n"
+            if self.buffer.startswith(b"MAIL FROM:"):
+                ahead += 1
+            elif self.dots < n:
+                return b"451 4.3.0 no envelope came with the dot\r\n"
+            return super().dot()
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Strict, "127.0.0.1", 0)
@@ -182,41 +196,16 @@ async def test_a_session_that_ends_before_answering_an_envelope_sent_ahead_is_re
     its envelope sent again, and is accepted there; nothing is charged to it."""
     connections: list[list[bytes]] = []
 
-    class Once(asyncio.Protocol):
+    class Once(_Scripted):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)
-            self.buffer = b""
-            self.in_data = False
-            self.lines: list[bytes] = []
+            super().connection_made(transport)
             connections.append(self.lines)
-            self.transport.write(b"220 once.test ESMTP\r\n")
 
-        def data_received(self, data: bytes) -> None:
-            self.buffer += data
-            while b"\r\n" in self.buffer and not self.transport.is_closing():
-                line, self.buffer = self.buffer.split(b"\r\n", 1)
-                self.lines.append(line)
-                self.transport.write(self.answer(line))
-
-        def answer(self, line: bytes) -> bytes:
-            if self.in_data:
-                if line != b".":
-                    return b""
-                self.in_data = False
-                if len(connections) == 1:  # the first session: accept, then go away unasked
-                    self.buffer = b""
-                    asyncio.get_running_loop().call_later(0.05, self.transport.close)
-                return b"250 2.0.0 queued\r\n"
-            verb = line[:4].upper()
-            if verb == b"EHLO":
-                return b"250-once.test\r\n250 PIPELINING\r\n"
-            if verb == b"DATA":
-                self.in_data = True
-                return b"354 go on\r\n"
-            if verb == b"QUIT":
-                self.transport.close()
-                return b"221 2.0.0 bye\r\n"
-            return b"250 2.1.0 ok\r\n"
+        def dot(self) -> bytes:
+            if len(connections) == 1:  # the first session: accept, then go away unasked
+                self.buffer = b""
+                asyncio.get_running_loop().call_later(0.05, self.transport.close)
+            return super().dot()
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Once, "127.0.0.1", 0)
