@@ -78,6 +78,27 @@ def test_a_per_second_limit_holds_at_the_relay_and_is_reached(
     _check_rate(catcher.received(), limit)
 
 
+def test_a_limit_holds_with_envelopes_sent_ahead_on_permits_in_hand(
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+) -> None:
+    """A relay slow to answer each final dot: the workers send each next envelope with the
+    dot, on a permit taken then, and the limit still holds at the relay, and is reached."""
+    catcher.dot_delay = 0.003
+    limit = 400
+    emails = addresses(limit * 6)
+    cid, _ = send_campaign(conn, "news", emails)
+    worker = start_worker(
+        worker_env(db_url, _limited(catcher, per_second=limit)), log=tmp_path / "w.log"
+    )
+    try:
+        assert wait_until(lambda: campaign_done(conn, cid), 60), (tmp_path / "w.log").read_text()
+    finally:
+        _stop([worker])
+    assert catcher.delivered_once(emails)
+    _check_rate(catcher.received(), limit)
+    assert catcher.dots_with_more >= len(emails) // 4, catcher.dots_with_more
+
+
 def test_two_worker_processes_share_one_limit(
     conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
 ) -> None:

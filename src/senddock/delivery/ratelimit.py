@@ -167,6 +167,10 @@ class RateLimiter:
                 await self._ask()
         return None
 
+    def take_now(self) -> Permit | None:
+        """A permit if one is in hand now, without waiting or asking the database."""
+        return self._take_local() if self.limited else UNMETERED
+
     def give_back(self, permit: Permit) -> None:
         """A permit not used (its job went back) rejoins its own grant while that is in hand;
         never a later grant, whose windows counted only their own permits."""

@@ -9,8 +9,9 @@ A sender goes on with its next message at once, but that message's final dot wai
 previous outcome is committed, so a sender (and so each session) never has two accepted,
 unrecorded messages (invariant 3); its envelope's round trips overlap that commit. To a relay
 that takes a millisecond or more to answer a final dot, the next job's envelope goes out with
-that dot when the job will surely follow on the same session (same broadcast and server, no
-rate limit): one round trip a message instead of two (delivery/smtp.py). Database
+that dot when the job will surely follow on the same session (same broadcast and server, and
+a rate-limit permit in hand for it): one round trip a message instead of two (delivery/smtp.py).
+Database
 faults are retried with backoff; an outcome whose commit was not acknowledged is read back
 before it is written again.
 """
@@ -37,7 +38,7 @@ from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
 from senddock.delivery.queue import NOTIFY_CHANNEL, Job, Outcome
-from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, RateLimiter
+from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit, RateLimiter
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_failed
 from senddock.delivery.smtp import SmtpSession
@@ -98,8 +99,10 @@ class Sender:
         # The outcome last handed to the recorder. The next message's final dot waits for it
         # (invariant 3); its envelope (MAIL, RCPT, DATA) overlaps that commit.
         self.previous: asyncio.Future[bool] | None = None
-        # The server picked for the next job when its envelope went ahead (see `_ahead`).
+        # The server picked for the next job when its envelope went ahead (see `_ahead`), and
+        # (job id, server name, permit) for the permit taken for it then.
         self.picked: SmtpTarget | None = None
+        self.ahead_permit: tuple[int, str, Permit] | None = None
 
     async def run(self) -> None:
         try:
@@ -218,11 +221,7 @@ class Sender:
                     self.s.servers.settled(target.name)
                     return unsent
                 then = None
-                if (
-                    following is not None
-                    and following.broadcast_id == job.broadcast_id
-                    and target.name not in self.s.limiters
-                ):
+                if following is not None and following.broadcast_id == job.broadcast_id:
                     then = functools.partial(self._ahead, target, following, envelope_from)
                 reply = await session.send(
                     envelope_from, job.email, data, before_dot=self._settle, then=then
@@ -248,15 +247,22 @@ class Sender:
         """At a final dot on `target`'s session: the envelope of `job`, next in the batch, to
         go with it, if `job` will surely be sent next on that session; else None.
 
-        Its server is picked now, and `_deliver` keeps the pick. A job that goes back unsent
-        after all (paused, stopping) only costs the session: it hangs up rather than end that
-        envelope's DATA (delivery/smtp.py).
+        Its server is picked now, and `_deliver` keeps the pick; a rate-limited server's
+        permit too, if one is in hand (else the job waits for one as usual, its envelope not
+        sent ahead). A job that goes back unsent after all (paused, stopping) only costs the
+        session: it hangs up rather than end that envelope's DATA (delivery/smtp.py).
         """
         if self.s.stopping.is_set() or not self.s.fresh() or job.broadcast_id in self.s.paused:
             return None
         self.picked = self.s.servers.pick()
         if self.picked.name != target.name:
             return None
+        limiter = self.s.limiters.get(target.name)
+        if limiter is not None:
+            permit = limiter.take_now()
+            if permit is None:
+                return None
+            self.ahead_permit = (job.id, target.name, permit)
         return envelope_from, job.email
 
     async def _metered(self, target: SmtpTarget, session: SmtpSession, job: Job) -> Unsent | None:
@@ -265,6 +271,17 @@ class Sender:
         A permit whose window ended meanwhile is void (its window counted it): take another.
         """
         limiter = self.s.limiters.get(target.name)
+        ahead, self.ahead_permit = self.ahead_permit, None
+        if ahead is not None:
+            job_id, name, held = ahead
+            if (job_id, name) == (job.id, target.name) and held.valid():
+                # Taken when this job's envelope went out with the last final dot.
+                unsent = await self._may_start(job)
+                if unsent is not None and limiter is not None:
+                    limiter.give_back(held)
+                return unsent
+            if name in self.s.limiters:
+                self.s.limiters[name].give_back(held)
         if limiter is None and self.s.fresh() and job.broadcast_id not in self.s.paused:
             return None  # the common case, without a wait
         while True:
