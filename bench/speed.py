@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import functools
 import os
 import re
 import secrets
@@ -42,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -523,8 +522,7 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
                 rcpt, message_id = following
                 following = queue.popleft() if queue else None
                 data = plain.message.render(rcpt, message_id)
-                nxt = None if following is None else (plain.envelope_from, following[0].email)
-                then = functools.partial(_same, nxt)
+                then = None if following is None else _then(plain.envelope_from, following[0].email)
                 reply = await smtp.send(plain.envelope_from, rcpt.email, data, then=then)
                 if reply.code == 250:
                     sent += 1
@@ -536,8 +534,9 @@ async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int
     return sent, time.perf_counter() - t0
 
 
-def _same(value: tuple[str, str] | None) -> tuple[str, str] | None:
-    return value
+def _then(sender: str, recipient: str) -> Callable[[], tuple[str, str]]:
+    """`SmtpSession.send()`'s `then`: the next message, known in advance."""
+    return lambda: (sender, recipient)
 
 
 def run_plain(plain: Plain, smtp_url: str, processes: int, connections: int) -> Row:

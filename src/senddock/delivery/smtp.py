@@ -244,36 +244,33 @@ class SmtpSession:
         A `send()` for another message, or `quit()`, hangs up instead: the server may be in
         that envelope's DATA, which only a dot would end.
         """
-        ahead = self._ahead
-        if ahead is not None and (ahead != (sender, recipient) or not self.connected):
+        ahead = self._ahead == (sender, recipient) and self.connected
+        if self._ahead is not None and not ahead:
             self.close()  # another message's DATA may have begun: never end it
-            ahead = None
-        if ahead is None and not self.connected:
-            failed = await self._open()
-            if failed is not None:
-                return failed
         self._ahead = None
-        conn = self._conn
-        assert conn is not None
-        envelope = self._envelope(sender, recipient)
-        if isinstance(envelope, Reply):
-            return envelope  # (never one sent ahead: that one passed this check)
         stage = "mail"
         try:
-            try:
-                stage, resp = await self._start(conn, envelope, sent=ahead is not None)
-            except _Broken as exc:
-                if ahead is None or exc.stage != "mail":
-                    raise
-                # The session ended before any reply to the envelope sent ahead: as a session
-                # found closed, open another and send the envelope again (no dot went for it).
-                self.close()
-                failed = await self._open()
-                if failed is not None:
-                    return failed
+            while True:
+                if not ahead and not self.connected:
+                    failed = await self._open()
+                    if failed is not None:
+                        return failed
                 conn = self._conn
                 assert conn is not None
-                stage, resp = await self._start(conn, envelope, sent=False)
+                envelope = self._envelope(sender, recipient)
+                if isinstance(envelope, Reply):
+                    return envelope  # (never one sent ahead: that one passed this check)
+                try:
+                    stage, resp = await self._start(conn, envelope, sent=ahead)
+                    break
+                except _Broken as exc:
+                    if not ahead or exc.stage != "mail":
+                        raise
+                # The session ended before any reply to the envelope sent ahead: as with a
+                # session found closed, open another and send the envelope again (no dot went
+                # for it).
+                self.close()
+                ahead = False
             if stage == "data":
                 resp = await self._data(conn, message, before_dot, then)
                 if resp.code == 250:

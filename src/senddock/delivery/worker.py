@@ -77,6 +77,16 @@ class Shared:
         return not self.declared_dead and age < self.settings.lease_seconds / 2
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The batch's next job, prepared at the final dot before it: the server picked for it
+    then, and the permit taken for it if its envelope went with that dot (else None)."""
+
+    job_id: int
+    target: SmtpTarget
+    permit: Permit | None
+
+
 class Unsent(enum.Enum):
     """Why a claimed job goes back without being sent."""
 
@@ -99,10 +109,8 @@ class Sender:
         # The outcome last handed to the recorder. The next message's final dot waits for it
         # (invariant 3); its envelope (MAIL, RCPT, DATA) overlaps that commit.
         self.previous: asyncio.Future[bool] | None = None
-        # The server picked for the next job when its envelope went ahead (see `_ahead`), and
-        # (job id, server name, permit) for the permit taken for it then.
-        self.picked: SmtpTarget | None = None
-        self.ahead_permit: tuple[int, str, Permit] | None = None
+        # The next job as `_ahead` prepared it at the last final dot.
+        self.prepared: Prepared | None = None
 
     async def run(self) -> None:
         try:
@@ -209,14 +217,20 @@ class Sender:
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
         tries = len(self.s.servers.targets)
-        picked, self.picked = self.picked, None
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared.job_id != job.id:
+            self._give_back_permit(prepared.target, prepared.permit)  # its job did not come
+            prepared = None
         while True:
-            target = picked or self.s.servers.pick()
-            picked = None
+            target = prepared.target if prepared else self.s.servers.pick()
+            held = prepared.permit if prepared else None
+            prepared = None
             session = self._session(target)
             reply = await session.open()
-            if reply is None:
-                unsent = await self._metered(target, session, job)
+            if reply is not None:
+                self._give_back_permit(target, held)
+            else:
+                unsent = await self._metered(target, session, job, held)
                 if unsent is not None:
                     self.s.servers.settled(target.name)
                     return unsent
@@ -247,41 +261,40 @@ class Sender:
         """At a final dot on `target`'s session: the envelope of `job`, next in the batch, to
         go with it, if `job` will surely be sent next on that session; else None.
 
-        Its server is picked now, and `_deliver` keeps the pick; a rate-limited server's
-        permit too, if one is in hand (else the job waits for one as usual, its envelope not
-        sent ahead). A job that goes back unsent after all (paused, stopping) only costs the
+        Its server is picked now (`_deliver` keeps the pick), and so is a rate-limited server's
+        permit, if one is in hand; with none, the job waits for one as usual, its envelope not
+        sent ahead. A job that goes back unsent after all (paused, stopping) only costs the
         session: it hangs up rather than end that envelope's DATA (delivery/smtp.py).
         """
         if self.s.stopping.is_set() or not self.s.fresh() or job.broadcast_id in self.s.paused:
             return None
-        self.picked = self.s.servers.pick()
-        if self.picked.name != target.name:
-            return None
-        limiter = self.s.limiters.get(target.name)
-        if limiter is not None:
-            permit = limiter.take_now()
-            if permit is None:
-                return None
-            self.ahead_permit = (job.id, target.name, permit)
-        return envelope_from, job.email
+        picked = self.s.servers.pick()
+        permit = None
+        if picked.name == target.name:
+            limiter = self.s.limiters.get(target.name)
+            permit = UNMETERED if limiter is None else limiter.take_now()
+        self.prepared = Prepared(job.id, picked, permit)
+        return None if permit is None else (envelope_from, job.email)
 
-    async def _metered(self, target: SmtpTarget, session: SmtpSession, job: Job) -> Unsent | None:
+    def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
+        limiter = self.s.limiters.get(target.name)
+        if limiter is not None and permit is not None:
+            limiter.give_back(permit)
+
+    async def _metered(
+        self, target: SmtpTarget, session: SmtpSession, job: Job, held: Permit | None = None
+    ) -> Unsent | None:
         """Wait for the server's permit and for leave to start; None when MAIL FROM may go.
 
-        A permit whose window ended meanwhile is void (its window counted it): take another.
+        `held`: the permit taken when this job's envelope went with the last final dot. A
+        permit whose window ended meanwhile is void (its window counted it): take another.
         """
         limiter = self.s.limiters.get(target.name)
-        ahead, self.ahead_permit = self.ahead_permit, None
-        if ahead is not None:
-            job_id, name, held = ahead
-            if (job_id, name) == (job.id, target.name) and held.valid():
-                # Taken when this job's envelope went out with the last final dot.
-                unsent = await self._may_start(job)
-                if unsent is not None and limiter is not None:
-                    limiter.give_back(held)
-                return unsent
-            if name in self.s.limiters:
-                self.s.limiters[name].give_back(held)
+        if held is not None and held.valid():
+            unsent = await self._may_start(job)
+            if unsent is not None:
+                self._give_back_permit(target, held)
+            return unsent
         if limiter is None and self.s.fresh() and job.broadcast_id not in self.s.paused:
             return None  # the common case, without a wait
         while True:
