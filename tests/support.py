@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,15 +24,6 @@ from senddock.delivery.worker import Worker
 from senddock.testing import Catcher, Fault
 
 Conn = psycopg.Connection[dict[str, Any]]
-
-# bench/relay_delay.py, the relay at a network distance: bench/ is not a package, so the script
-# is loaded by its path, as `bench/speed.py` imports it.
-_SPEC = importlib.util.spec_from_file_location(
-    "relay_delay", Path(__file__).resolve().parent.parent / "bench" / "relay_delay.py"
-)
-assert _SPEC is not None and _SPEC.loader is not None
-relay_delay = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(relay_delay)
 
 # Short enough to run, long enough that a retry is visibly scheduled in the future.
 FAST_RETRIES = "0.2,0.2,0.2,0.2,0.2"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from typing import Any
 
@@ -19,7 +18,7 @@ from senddock.delivery.recorder import Recorder
 from senddock.delivery.smtp import AHEAD_WINDOW
 from senddock.testing import Catcher
 from senddock.testing.catcher import message_id_of
-from support import Conn, ThreadWorker, relay_delay, send_campaign, unfinished, wait_until
+from support import Conn, ThreadWorker, send_campaign, unfinished, wait_until
 
 SENT = Transition("sent")
 BOUNCED = Transition("failed", failure="bounced", suppress=True)
@@ -27,14 +26,14 @@ OK = Reply("data", 250, "2.0.0 queued")
 NO_SUCH_USER = Reply("rcpt", 550, "5.1.1 no such user")
 
 
-@pytest.mark.parametrize("rtt_ms", [0, 5], ids=["relay-near", "relay-5ms"])
+@pytest.mark.parametrize("dot_ms", [0, 5], ids=["relay-quick", "relay-5ms"])
 def test_the_final_dot_waits_until_the_previous_message_is_recorded(
-    conn: Conn, db_url: str, catcher: Catcher, rtt_ms: int
+    conn: Conn, db_url: str, catcher: Catcher, dot_ms: int
 ) -> None:
     """When a session's next message is accepted, its previous one is already `sent`: with
-    the relay next to the worker, and 5 ms away, where each next envelope goes with the final
-    dot (delivery/smtp.py) and only the dot still waits for the commit. (The catcher next to
-    the worker, in the same process, may answer slowly enough for envelopes to go ahead too.)"""
+    the relay quick to answer, and 5 ms slow, where each next envelope goes with the final dot
+    (delivery/smtp.py) and only the dot still waits for the commit. (The catcher in the
+    worker's process may answer slowly enough for envelopes to go ahead in both.)"""
     emails = [f"reader{i}@example.com" for i in range(400)]
     _, bid = send_campaign(conn, "news", emails)
     previous: dict[int, str] = {}
@@ -59,18 +58,14 @@ def test_the_final_dot_waits_until_the_previous_message_is_recorded(
                     unrecorded.append(before)
 
         catcher.on_dot = on_dot
-        with contextlib.ExitStack() as stack:
-            url = catcher.url
-            if rtt_ms:
-                port = stack.enter_context(relay_delay.running(catcher.port, rtt_ms))
-                url = f"smtp://127.0.0.1:{port}?tls=none"
-            with ThreadWorker(db_url, url, concurrency=5):
-                assert wait_until(lambda: unfinished(conn, bid) == 0, 60)
+        catcher.dot_delay = dot_ms / 1000
+        with ThreadWorker(db_url, catcher.url, concurrency=5):
+            assert wait_until(lambda: unfinished(conn, bid) == 0, 60)
         catcher.on_dot = None
     assert unrecorded == [], f"{len(unrecorded)} accepted before the previous was recorded"
     assert len(checked) >= len(emails) - 5 * 2  # every message but each session's first
     assert catcher.delivered_once(emails)
-    if rtt_ms:
+    if dot_ms:
         # Each session's first AHEAD_WINDOW dots measure the distance; then every dot but a
         # claimed batch's last carries the next envelope.
         assert catcher.dots_with_more >= len(emails) - 5 * AHEAD_WINDOW - 5 * 10

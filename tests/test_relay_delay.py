@@ -5,14 +5,23 @@ later than the relay would answer, and it carries a whole message through to the
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from senddock.testing import Catcher
-from support import relay_delay
+
+# bench/ is not a package: load the script by its path, as `bench/speed.py` imports it.
+_SPEC = importlib.util.spec_from_file_location(
+    "relay_delay", Path(__file__).resolve().parent.parent / "bench" / "relay_delay.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+relay_delay = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(relay_delay)
 
 RTT = 0.08  # seconds: far above loopback's, so that a proxy adding none cannot pass
 
