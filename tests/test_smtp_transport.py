@@ -7,8 +7,9 @@ without it (one command at a time).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Literal, cast
 
 import pytest
@@ -16,7 +17,7 @@ import trustme
 from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
-from senddock.delivery.outcome import Verdict, judge
+from senddock.delivery.outcome import Reply, Verdict, judge
 from senddock.delivery.smtp import AHEAD_WINDOW, HOLD_WHOLE_BODY, SmtpSession, _bracketed
 from senddock.testing import Catcher
 
@@ -24,9 +25,35 @@ HEAD = b"From: news@example.org\r\nTo: reader@example.com\r\nSubject: dots\r\n\r
 BODY = HEAD + b"hello\r\n"
 
 
+SENDER = "news@example.org"
+
+
 def _then(envelope: tuple[str, str] | None) -> Callable[[], tuple[str, str] | None]:
     """`send()`'s `then`: the next message's (sender, recipient), decided in advance."""
     return lambda: envelope
+
+
+async def _send_each(session: SmtpSession, order: list[str], ahead: bool = True) -> list[Reply]:
+    """BODY to each recipient in turn, each send naming the next as `then` (with `ahead`);
+    the session quits at the end."""
+    nexts = [*((SENDER, r) if ahead else None for r in order[1:]), None]
+    try:
+        return [
+            await session.send(SENDER, rcpt, BODY, then=_then(n))
+            for rcpt, n in zip(order, nexts, strict=True)
+        ]
+    finally:
+        await session.quit()
+
+
+@contextlib.asynccontextmanager
+async def _serving(protocol: Callable[[], asyncio.Protocol]) -> AsyncIterator[SmtpSession]:
+    """A server of our own on 127.0.0.1, and a session to it that sends envelopes ahead."""
+    server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        target = SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none")
+        yield SmtpSession(target, timeout=5, ahead_min_rtt=0.0)
 
 
 class _Scripted(asyncio.Protocol):
@@ -128,14 +155,7 @@ async def test_refusals_name_their_stage_and_the_session_carries_on(
         "flaky-h@example.com",
         "i@example.com",
     ]
-    nexts = [*(("news@example.org", rcpt) if ahead else None for rcpt in order[1:]), None]
-    try:
-        replies = [
-            await session.send("news@example.org", rcpt, BODY, then=_then(n))
-            for rcpt, n in zip(order, nexts, strict=True)
-        ]
-    finally:
-        await session.quit()
+    replies = await _send_each(session, order, ahead)
     got = {rcpt: (r.stage, r.code) for rcpt, r in zip(order, replies, strict=True)}
     assert got == {
         "a@example.com": ("data", 250),
@@ -168,22 +188,8 @@ async def test_the_next_envelope_goes_in_the_same_write_as_the_final_dot() -> No
                 return b"451 4.3.0 no envelope came with the dot\r\n"
             return super().dot()
 
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Strict, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    order = [f"r{i}@example.com" for i in range(n)]
-    nexts = [*(("news@example.org", r) for r in order[1:]), None]
-    async with server:
-        session = SmtpSession(
-            SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=5, ahead_min_rtt=0.0
-        )
-        try:
-            replies = [
-                await session.send("news@example.org", rcpt, BODY, then=_then(x))
-                for rcpt, x in zip(order, nexts, strict=True)
-            ]
-        finally:
-            await session.quit()
+    async with _serving(Strict) as session:
+        replies = await _send_each(session, [f"r{i}@example.com" for i in range(n)])
     assert [(r.stage, r.code) for r in replies] == [("data", 250)] * n
     assert ahead == n - 1
 
@@ -205,22 +211,9 @@ async def test_a_session_that_ends_before_answering_an_envelope_sent_ahead_is_re
                 asyncio.get_running_loop().call_later(0.05, self.transport.close)
             return super().dot()
 
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Once, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    sender = "news@example.org"
-    async with server:
-        session = SmtpSession(
-            SmtpTarget.parse(f"smtp://127.0.0.1:{port}?tls=none"), timeout=5, ahead_min_rtt=0.0
-        )
-        try:
-            first = await session.send(
-                sender, "a@example.com", BODY, then=_then((sender, "b@x.test"))
-            )
-            second = await session.send(sender, "b@x.test", BODY)
-        finally:
-            await session.quit()
-    assert [(r.stage, r.code) for r in (first, second)] == [("data", 250)] * 2
+    async with _serving(Once) as session:
+        replies = await _send_each(session, ["a@example.com", "b@x.test"])
+    assert [(r.stage, r.code) for r in replies] == [("data", 250)] * 2
     assert len(connections) == 2
     # The second session carried b's whole transaction, its envelope written anew.
     assert connections[1][1:4] == [b"MAIL FROM:<news@example.org>", b"RCPT TO:<b@x.test>", b"DATA"]
@@ -231,17 +224,63 @@ async def test_an_envelope_sent_ahead_is_never_ended_for_another_message(catcher
     session hangs up on that envelope's DATA rather than end it, and no one gets a message
     that was not sent to them."""
     session = SmtpSession(SmtpTarget.parse(catcher.url), timeout=10, ahead_min_rtt=0.0)
-    sender = "news@example.org"
+    sender = SENDER
     try:
-        a = await session.send(sender, "a@example.com", BODY, then=lambda: (sender, "b@x.test"))
+        a = await session.send(sender, "a@example.com", BODY, then=_then((sender, "b@x.test")))
         c = await session.send(sender, "c@example.com", BODY)  # not b
-        d = await session.send(sender, "d@example.com", BODY, then=lambda: (sender, "e@x.test"))
+        d = await session.send(sender, "d@example.com", BODY, then=_then((sender, "e@x.test")))
     finally:
         await session.quit()  # e's envelope went ahead; nothing follows
     assert [(r.stage, r.code) for r in (a, c, d)] == [("data", 250)] * 3
     assert catcher.delivered_once(["a@example.com", "c@example.com", "d@example.com"])
     assert catcher.dots_with_more == 2  # a's and d's dots carried an envelope
     assert catcher.connections == 2  # b's envelope cost its connection
+
+
+async def test_an_envelope_sent_ahead_is_hung_up_on_before_its_replies_came() -> None:
+    """As a far relay would, the server holds its replies to the envelope that came with the
+    first dot: the next send, for another recipient, finds nothing unasked on the session and
+    must still hang up, or its commands would be read as that envelope's message."""
+    delivered: list[bytes] = []
+    sessions = 0
+
+    class Late(_Scripted):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            nonlocal sessions
+            super().connection_made(transport)
+            sessions += 1
+            self.first = sessions == 1
+            self.held: list[bytes] = []
+
+        def answer(self, line: bytes) -> bytes:
+            command = not self.in_data
+            reply = super().answer(line)
+            if command and line.startswith(b"RCPT TO:"):
+                self.rcpt = line[8:]
+            if self.first and self.dots and command:
+                self.held.append(reply)  # after the first dot: answered half a second late
+                if len(self.held) == 1:
+                    asyncio.get_running_loop().call_later(0.5, self.release)
+                return b""
+            return reply
+
+        def release(self) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(b"".join(self.held))
+
+        def dot(self) -> bytes:
+            delivered.append(self.rcpt)
+            return super().dot()
+
+    async with _serving(Late) as session:
+        try:
+            a = await session.send(SENDER, "a@example.com", BODY, then=_then((SENDER, "b@x.test")))
+            c = await session.send(SENDER, "c@example.com", BODY)  # not b
+        finally:
+            await session.quit()
+    assert [(r.stage, r.code) for r in (a, c)] == [("data", 250)] * 2
+    assert delivered == [b"<a@example.com>", b"<c@example.com>"]
+    assert sessions == 2
 
 
 @pytest.mark.parametrize("dot_ms", [0, 5])
@@ -253,16 +292,9 @@ async def test_envelopes_go_ahead_only_to_a_relay_a_millisecond_or_more_away(
     before it."""
     n = AHEAD_WINDOW + 10
     order = [f"r{i}@example.com" for i in range(n)]
-    nexts = [*(("news@example.org", r) for r in order[1:]), None]
     catcher.dot_delay = dot_ms / 1000
     session = SmtpSession(SmtpTarget.parse(catcher.url), timeout=10)
-    try:
-        codes = [
-            (await session.send("news@example.org", r, BODY, then=_then(x))).code
-            for r, x in zip(order, nexts, strict=True)
-        ]
-    finally:
-        await session.quit()
+    codes = [r.code for r in await _send_each(session, order)]
     assert codes == [250] * n
     assert catcher.delivered_once(order)
     if dot_ms:
