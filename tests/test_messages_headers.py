@@ -6,6 +6,7 @@ from __future__ import annotations
 import email
 import email.policy
 import email.utils
+import time
 from email.message import EmailMessage
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -273,6 +274,31 @@ def test_a_line_break_in_a_subscriber_name_never_reaches_a_header() -> None:
     parsed = parse(data)
     assert parsed["Bcc"] is None
     assert parsed["Subject"] == "Hi Eve Bcc: x@example.com"
+
+
+def test_the_date_header_is_the_second_the_message_was_rendered() -> None:
+    # The Date is formatted once a second, not once a message: it must still move on.
+    msg = compile_message("Hi", "news@example.org", "x")
+    rcpt = Recipient("a@example.com")
+    dates = []
+    for _ in range(2):
+        before = int(time.time())
+        date = email.utils.parsedate_to_datetime(str(parse(msg.render(rcpt, "<m@x>"))["Date"]))
+        assert before <= date.timestamp() <= time.time()
+        dates.append(date)
+        time.sleep(1.05)
+    assert dates[1] > dates[0]
+
+
+def test_one_signature_makes_the_link_in_the_body_and_in_list_unsubscribe() -> None:
+    links = Links(PUBLIC, b"k" * 32, 3, "news@example.org")
+    msg = compile_message("Hi", "news@example.org", "Leave: {{ unsubscribe_url }}", links=links)
+    parsed = parse(msg.render(Recipient("a@example.com", "", {}, 9), "<m@x>"))
+    https, mailto = unsubscribe_links(parsed)
+    assert https == links.unsubscribe_url(9) == f"{PUBLIC}/unsubscribe/{links.token(9)}"
+    assert f"Leave: {https}" in bodies(parsed)["text/plain"]
+    assert unquote(mailto) == f"mailto:news@example.org?subject=unsubscribe {links.token(9)}"
+    assert verify(b"k" * 32, UNSUBSCRIBE, links.token(9)) == (9, 3)
 
 
 def test_a_signed_link_is_unguessable_and_a_tampered_one_is_refused() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -36,10 +37,10 @@ class Settings(BaseSettings):
     # Jobs per enqueue chunk: one transaction each (campaigns/broadcast.py).
     enqueue_chunk: int = Field(default=50_000, ge=1)
 
-    @property
-    def backoff(self) -> list[float]:
-        """The retry schedule in seconds."""
-        return [float(s) for s in self.retry_schedule.split(",") if s.strip()]
+    @functools.cached_property
+    def backoff(self) -> tuple[float, ...]:
+        """The retry schedule in seconds (parsed once: every outcome reads it)."""
+        return tuple(float(s) for s in self.retry_schedule.split(",") if s.strip())
 
 
 # Query parameters an SMTP URL may carry; anything else is a typo we refuse (a misspelt

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 STAGES = ("connect", "ehlo", "starttls", "auth", "mail", "rcpt", "data")
@@ -87,7 +88,7 @@ def transition(
     verdict: Verdict,
     attempts: int,
     sender_faults: int,
-    backoff: list[float],
+    backoff: Sequence[float],
     sender_fault_limit: int,
 ) -> Transition:
     """The next state of a job whose attempt number `attempts` ended with `verdict`.

@@ -68,10 +68,16 @@ class Links:
         return sign(self.key, UNSUBSCRIBE, subscriber_id, self.campaign_id)
 
     def unsubscribe_url(self, subscriber_id: int) -> str:
-        return f"{self.base_url.rstrip('/')}/unsubscribe/{self.token(subscriber_id)}"
+        return self.unsubscribe(subscriber_id)[0]
 
     def list_unsubscribe(self, subscriber_id: int) -> str:
-        """The List-Unsubscribe value, folded: the https URL first, then the mailto (RFC 2369)."""
-        subject = quote(f"unsubscribe {self.token(subscriber_id)}")
-        url = self.unsubscribe_url(subscriber_id)
-        return f"<{url}>,\r\n <mailto:{self.mailto}?subject={subject}>"
+        return self.unsubscribe(subscriber_id)[1]
+
+    def unsubscribe(self, subscriber_id: int) -> tuple[str, str]:
+        """The unsubscribe URL and the List-Unsubscribe value, from one signature.
+
+        The value is folded: the https URL first, then the mailto (RFC 2369)."""
+        token = self.token(subscriber_id)
+        url = f"{self.base_url.rstrip('/')}/unsubscribe/{token}"
+        subject = quote(f"unsubscribe {token}")
+        return url, f"<{url}>,\r\n <mailto:{self.mailto}?subject={subject}>"

@@ -7,8 +7,10 @@ quoted-printable bodies directly, which is what keeps per-message work small.
 from __future__ import annotations
 
 import email.utils
+import functools
 import quopri
 import secrets
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.header import Header
@@ -127,6 +129,12 @@ def _one_line(value: str) -> str:
     return " ".join(value.split())
 
 
+@functools.lru_cache(maxsize=2)
+def _date(second: int) -> str:
+    """The Date header of a second: formatted once a second, not once a message."""
+    return email.utils.format_datetime(datetime.fromtimestamp(second, UTC))
+
+
 def _qp(text: str) -> bytes:
     body = text.replace("\r\n", "\n").replace("\r", "\n")
     return quopri.encodestring(body.encode("utf-8")).replace(b"\n", b"\r\n")
@@ -144,16 +152,19 @@ class CompiledMessage:
     reply_to_header: str | None = None
     links: Links | None = None
 
-    def context(self, rcpt: Recipient) -> dict[str, Any]:
+    def unsubscribe(self, rcpt: Recipient) -> tuple[str, str] | None:
+        """The recipient's unsubscribe URL and List-Unsubscribe value, if links are signed."""
+        if self.links is None or rcpt.subscriber_id is None:
+            return None
+        return self.links.unsubscribe(rcpt.subscriber_id)
+
+    def context(self, rcpt: Recipient, url: str = "") -> dict[str, Any]:
         sub = {
             "id": rcpt.subscriber_id,
             "email": rcpt.email,
             "name": rcpt.name,
             "attributes": rcpt.attributes,
         }
-        url = ""
-        if self.links is not None and rcpt.subscriber_id is not None:
-            url = self.links.unsubscribe_url(rcpt.subscriber_id)
         return {
             "subscriber": sub,
             "email": rcpt.email,
@@ -162,9 +173,14 @@ class CompiledMessage:
             "unsubscribe_url": url,
         }
 
-    def parts(self, rcpt: Recipient) -> tuple[str, str, str | None]:
-        """Subject, text and HTML for one recipient; TemplateProblem names part and line."""
-        ctx = self.context(rcpt)
+    def parts(
+        self, rcpt: Recipient, links: tuple[str, str] | None = None
+    ) -> tuple[str, str, str | None]:
+        """Subject, text and HTML for one recipient; TemplateProblem names part and line.
+        `links`: `unsubscribe(rcpt)`, if the caller has it already."""
+        if links is None:
+            links = self.unsubscribe(rcpt)
+        ctx = self.context(rcpt, links[0] if links else "")
         subject = _one_line(_render(self.subject, ctx))
         text = _render(self.text, ctx)
         html = _render(self.html, ctx) if self.html is not None else None
@@ -172,8 +188,9 @@ class CompiledMessage:
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
         """The whole RFC 5322 message for one recipient, CRLF line endings."""
+        links = self.unsubscribe(rcpt)
         try:
-            subject, text, html = self.parts(rcpt)
+            subject, text, html = self.parts(rcpt, links)
         except TemplateProblem as exc:
             raise TemplateProblem(f"rendering for {rcpt.email}: {exc}") from exc
         to = email.utils.formataddr((_one_line(rcpt.name), rcpt.email), charset="utf-8")
@@ -183,12 +200,12 @@ class CompiledMessage:
         head += [
             f"To: {to}",
             f"Subject: {_encode_header(subject)}",
-            f"Date: {email.utils.format_datetime(datetime.now(UTC))}",
+            f"Date: {_date(int(time.time()))}",
             f"Message-ID: {message_id}",
         ]
-        if self.links is not None and rcpt.subscriber_id is not None:
+        if links is not None:
             # RFC 2369 and RFC 8058: receivers (Gmail, Yahoo) POST to the https URL at once.
-            head.append(f"List-Unsubscribe: {self.links.list_unsubscribe(rcpt.subscriber_id)}")
+            head.append(f"List-Unsubscribe: {links[1]}")
             head.append("List-Unsubscribe-Post: List-Unsubscribe=One-Click")
         head.append("MIME-Version: 1.0")
         if html is None:
