@@ -71,6 +71,22 @@ def test_the_final_dot_waits_until_the_previous_message_is_recorded(
         assert catcher.dots_with_more >= len(emails) - 5 * AHEAD_WINDOW - 5 * 10
 
 
+def test_a_batchs_last_final_dot_carries_the_envelope_of_the_next_batchs_first(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    """A sender claims its next batch before the last message of the one it is sending, so
+    to a far relay that message's dot carries the next envelope too, as within a batch:
+    every dot but a session's first AHEAD_WINDOW (they measure the distance) and its last."""
+    emails = [f"reader{i}@example.com" for i in range(2 * AHEAD_WINDOW + 60)]
+    _, bid = send_campaign(conn, "news", emails)
+    catcher.dot_delay = 0.005
+    with ThreadWorker(db_url, catcher.url, concurrency=2, claim_batch=4):
+        assert wait_until(lambda: unfinished(conn, bid) == 0, 60)
+    assert catcher.delivered_once(emails)
+    # Without the claim ahead, each batch's last dot (one in four) would go alone: about 45.
+    assert catcher.dots_with_more >= len(emails) - 2 * AHEAD_WINDOW - 2 * 3, catcher.dots_with_more
+
+
 async def _claimed(db_url: str, owner: int, n: int) -> list[Job]:
     async with await psycopg.AsyncConnection.connect(
         db_url, autocommit=True, row_factory=dict_row

@@ -10,10 +10,10 @@ previous outcome is committed, so a sender (and so each session) never has two a
 unrecorded messages (invariant 3); its envelope's round trips overlap that commit. To a relay
 that takes a millisecond or more to answer a final dot, the next job's envelope goes out with
 that dot when the job will surely follow on the same session (same broadcast and server, and
-a rate-limit permit in hand for it): one round trip a message instead of two (delivery/smtp.py).
-Database
-faults are retried with backoff; an outcome whose commit was not acknowledged is read back
-before it is written again.
+a rate-limit permit in hand for it): one round trip a message instead of two (delivery/smtp.py);
+a sender claims its next batch before the last message of a batch, so that holds across batches.
+Database faults are retried with backoff; an outcome whose commit was not acknowledged is read
+back before it is written again.
 """
 
 from __future__ import annotations
@@ -113,12 +113,14 @@ class Sender:
         self.prepared: Prepared | None = None
 
     async def run(self) -> None:
+        ahead: list[Job] | None = None  # the next batch, claimed before the last one ended
         try:
             while not self.s.stopping.is_set():
-                if not self.s.fresh():
+                if ahead is None and not self.s.fresh():
                     await asyncio.sleep(0.1)
                     continue
-                jobs = await self._claim()
+                jobs = ahead if ahead is not None else await self._claim()
+                ahead = None
                 if not jobs:
                     await self._settle()
                     if self.worked:
@@ -130,9 +132,11 @@ class Sender:
                     await self._idle()
                     continue
                 self.worked = True
-                await self._send_batch(jobs)
+                ahead = await self._send_batch(jobs)
         finally:
             await self._settle()
+            if ahead:
+                await self._give_back(ahead)
             for session in self.sessions.values():
                 await session.quit()
             await self.db.close()
@@ -175,18 +179,29 @@ class Sender:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.s.wake.wait(), timeout=0.5)
 
-    async def _send_batch(self, jobs: list[Job]) -> None:
+    async def _send_batch(self, jobs: list[Job]) -> list[Job] | None:
+        """Send a claimed batch in order; the next batch, if this sender claimed it before
+        the last message of this one (else None).
+
+        That claim comes first so that the last message's final dot can carry the envelope
+        of the next batch's first, as it does within a batch: to a far relay, one round trip
+        a batch saved (delivery/smtp.py). Jobs claimed ahead and never started go back."""
+        ahead: list[Job] | None = None
         for i, job in enumerate(jobs):
             if self.s.stopping.is_set() or self.s.declared_dead:
                 await self._give_back(jobs[i:])
-                return
+                return None
             if job.broadcast_id in self.s.paused:
                 await self._give_back([job])
                 continue
-            reply = await self._deliver(job, jobs[i + 1] if i + 1 < len(jobs) else None)
+            following = jobs[i + 1] if i + 1 < len(jobs) else None
+            if following is None:
+                ahead = await self._claim()
+                following = ahead[0] if ahead else None
+            reply = await self._deliver(job, following)
             if reply is Unsent.STOP:  # stopping, or declared dead, before it was sent
-                await self._give_back(jobs[i:])
-                return
+                await self._give_back(jobs[i:] + (ahead or []))
+                return None
             if reply is Unsent.PAUSED:  # paused while it waited for a permit
                 await self._give_back([job])
                 continue
@@ -196,19 +211,21 @@ class Sender:
                 await self._settle()
                 # The relay is unreachable or refusing sessions: this job took the failure;
                 # the rest of the batch goes back untouched while this sender backs off.
-                await self._give_back(jobs[i + 1 :])
+                await self._give_back(jobs[i + 1 :] + (ahead or []))
                 self.connect_backoff = min(max(self.connect_backoff * 2, 0.5), 30.0)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.s.stopping.wait(), self.connect_backoff)
-                return
+                return None
             self.connect_backoff = 0.0
+        return ahead
 
     async def _deliver(self, job: Job, following: Job | None) -> Reply | Unsent:
         """Render, pick a server, wait for its permit, send; or say why it goes back unsent.
 
         A server that cannot be reached is marked down and the job, never charged for it,
         goes at once to another server while one is usable; when none is, its failure stands.
-        `following` is the batch's next job, whose envelope may go with this one's final dot.
+        `following` is the next job (the batch's next, or the first of the batch claimed
+        ahead), whose envelope may go with this one's final dot.
         """
         try:
             message, envelope_from = await self._compiled(job.broadcast_id)
