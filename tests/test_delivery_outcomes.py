@@ -180,13 +180,16 @@ def test_a_4xx_after_data_is_retried_and_delivered_once(
     assert received_ids(catcher, flaky) == [done["message_id"]]
 
 
+@pytest.mark.parametrize("batch", [50, 1], ids=["batch-50", "batch-1"])
 def test_a_refused_connection_is_retried_never_failed_nor_suppressed(
-    conn: Conn, db_url: str, catcher: Catcher
+    conn: Conn, db_url: str, catcher: Catcher, batch: int
 ) -> None:
+    """The job that met the refusal waits to retry; the rest of its batch goes back, and so
+    does (batches of one) the next batch, claimed before that job was tried (worker.py)."""
     emails = ["ann@example.com", "bob@example.com", "cy@example.com"]
     cid, bid = send_campaign(conn, "news", emails)
     catcher.set_down(True)
-    with ThreadWorker(db_url, catcher.url, concurrency=1, retry_schedule=HOLD):
+    with ThreadWorker(db_url, catcher.url, concurrency=1, retry_schedule=HOLD, claim_batch=batch):
 
         def refused() -> list[Row]:
             return [r for r in jobs(conn, bid).values() if r["last_stage"] == "connect"]

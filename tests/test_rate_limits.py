@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from crash_support import addresses, campaign_done
@@ -117,15 +118,17 @@ def test_two_worker_processes_share_one_limit(
     assert owners is not None and owners["n"] == 2, "both processes sent"
 
 
+@pytest.mark.parametrize("batch", ["50", "1"], ids=["batch-50", "batch-1"])
 def test_a_per_minute_limit_stops_sending_until_the_next_minute(
-    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path, batch: str
 ) -> None:
+    """Then a stop while the senders wait for permits gives back every job they hold: the
+    rest of each batch and (batches of one) the next batch, claimed ahead (worker.py)."""
     limit = 25
     emails = addresses(60)
-    send_campaign(conn, "news", emails)
-    worker = start_worker(
-        worker_env(db_url, _limited(catcher, per_minute=limit)), log=tmp_path / "w.log"
-    )
+    _, bid = send_campaign(conn, "news", emails)
+    env = worker_env(db_url, _limited(catcher, per_minute=limit), SENDDOCK_CLAIM_BATCH=batch)
+    worker = start_worker(env, log=tmp_path / "w.log")
     try:
         assert catcher.wait_for(limit, 30)
         time.sleep(2.0)
@@ -135,6 +138,12 @@ def test_a_per_minute_limit_stops_sending_until_the_next_minute(
     assert max(windows) <= limit, windows
     if len(windows) == 1:  # no minute boundary passed: exactly the limit, then nothing
         assert windows == [limit]
+    held = conn.execute(
+        "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
+        " AND status <> 'sent' AND (status <> 'pending' OR attempts <> 0)",
+        (bid,),
+    ).fetchone()
+    assert held is not None and held["n"] == 0, "every unsent job back as it was"
 
 
 def _acquire_all(db_url: str, target: SmtpTarget, asked: int, threads: int) -> list[int]:
