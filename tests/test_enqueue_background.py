@@ -260,6 +260,31 @@ def test_status_shows_progress_and_nothing_finishes_before_the_last_chunk(conn: 
     assert status(conn, cid)["status"] == "sent"
 
 
+def test_a_job_that_exists_already_is_skipped_and_the_rest_of_its_chunk_lands(
+    conn: Conn,
+) -> None:
+    """Chunks never overlap, so each goes in as a plain INSERT; should the unique key refuse a
+    row all the same (here a job made by hand past the cursor), the chunk goes in again
+    without it, and every subscriber still has one job."""
+    seed_many(conn, "big", 2500)
+    cid = new_campaign(conn, "big")
+    bid, _, _ = broadcast(conn, cid)
+    conn.execute(
+        "INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)"
+        " SELECT %s, id, email, '<by-hand@example.com>' FROM subscribers WHERE email = %s",
+        (bid, "big1500@example.com"),
+    )
+    assert enqueue_all(conn, bid) == 2500 - FIRST_CHUNK - 1
+    got = jobs_by_address(conn, bid)
+    assert len(got) == 2500 and set(got.values()) == {1}
+    row = conn.execute(
+        "SELECT message_id FROM broadcast_jobs WHERE broadcast_id = %s AND email = %s",
+        (bid, "big1500@example.com"),
+    ).fetchone()
+    assert row == {"message_id": "<by-hand@example.com>"}  # the job that was there stays
+    assert status(conn, cid)["enqueue_done"] is True
+
+
 def test_people_who_join_after_send_are_not_swept_into_the_broadcast(conn: Conn) -> None:
     seed_many(conn, "big", 2500)
     seed_list(conn, "other", ["old@example.com"])  # subscribed before the send, not on `big`

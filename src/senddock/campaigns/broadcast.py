@@ -100,8 +100,13 @@ WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
                  AND m.subscriber_id > %(after)s AND m.subscriber_id <= %(hi)s
                  AND m.status = 'confirmed' AND m.created_at <= %(since)s)
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-ON CONFLICT (broadcast_id, subscriber_id) DO NOTHING
 """
+# Chunks never overlap (each part's range is its own, its cursor moves with its jobs, its row
+# is locked while a chunk runs), so a job that exists already is never expected; the unique key
+# still refuses one. Plain, the insert costs about a quarter less than with ON CONFLICT
+# (speculative insertion writes a WAL record more a row): it goes plain, in a savepoint, and
+# only if the key refuses a row is the chunk inserted again skipping the jobs that exist.
+ENQUEUE_SKIPPING = ENQUEUE.rstrip() + "\nON CONFLICT (broadcast_id, subscriber_id) DO NOTHING\n"
 ADVANCE = """
 UPDATE broadcast_enqueues SET after_id = %(hi)s, chunks = chunks + 1, updated_at = now()
 WHERE broadcast_id = %(b)s AND part = %(part)s
@@ -227,7 +232,7 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
             "token": e["message_token"],
             "domain": e["message_domain"],
         }
-        n = conn.execute(ENQUEUE, params).rowcount if hi > after else 0
+        n = _insert_jobs(conn, params) if hi > after else 0
         done = hi >= last
         conn.execute(DONE if done else ADVANCE, {"b": bid, "part": part, "hi": hi})
         now = conn.execute(ADD_TOTAL, {"b": bid, "n": n}).fetchone()
@@ -238,6 +243,17 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
         chunk = Chunk(bid, n, hi, done)
     _fresh_statistics(conn, chunk)
     return chunk
+
+
+def _insert_jobs(conn: Conn, params: dict[str, Any]) -> int:
+    """A chunk's jobs; how many were inserted (see ENQUEUE_SKIPPING)."""
+    try:
+        with conn.transaction():
+            return conn.execute(ENQUEUE, params).rowcount
+    except psycopg.errors.UniqueViolation:
+        b, after, hi = params["b"], params["after"], params["hi"]
+        log.warning("broadcast %s: some jobs for ids (%s, %s] exist already", b, after, hi)
+        return conn.execute(ENQUEUE_SKIPPING, params).rowcount
 
 
 # The claim's plan depends on broadcast_jobs' statistics. Autovacuum notices many new rows only
