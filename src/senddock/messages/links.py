@@ -67,12 +67,6 @@ class Links:
     def token(self, subscriber_id: int) -> str:
         return sign(self.key, UNSUBSCRIBE, subscriber_id, self.campaign_id)
 
-    def unsubscribe_url(self, subscriber_id: int) -> str:
-        return self.unsubscribe(subscriber_id)[0]
-
-    def list_unsubscribe(self, subscriber_id: int) -> str:
-        return self.unsubscribe(subscriber_id)[1]
-
     def unsubscribe(self, subscriber_id: int) -> tuple[str, str]:
         """The unsubscribe URL and the List-Unsubscribe value, from one signature.
 
