@@ -295,7 +295,7 @@ def test_one_signature_makes_the_link_in_the_body_and_in_list_unsubscribe() -> N
     msg = compile_message("Hi", "news@example.org", "Leave: {{ unsubscribe_url }}", links=links)
     parsed = parse(msg.render(Recipient("a@example.com", "", {}, 9), "<m@x>"))
     https, mailto = unsubscribe_links(parsed)
-    assert https == links.unsubscribe(9)[0] == f"{PUBLIC}/unsubscribe/{links.token(9)}"
+    assert https == links.unsubscribe(9).url == f"{PUBLIC}/unsubscribe/{links.token(9)}"
     assert f"Leave: {https}" in bodies(parsed)["text/plain"]
     assert unquote(mailto) == f"mailto:news@example.org?subject=unsubscribe {links.token(9)}"
     assert verify(b"k" * 32, UNSUBSCRIBE, links.token(9)) == (9, 3)

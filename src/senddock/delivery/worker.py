@@ -195,7 +195,7 @@ class Sender:
                 await self._give_back([job])
                 continue
             following = jobs[i + 1] if i + 1 < len(jobs) else None
-            if following is None:
+            if following is None and self.s.fresh():  # claim only as `run()` does
                 ahead = await self._claim()
                 following = ahead[0] if ahead else None
             reply = await self._deliver(job, following)

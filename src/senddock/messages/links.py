@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,6 +56,13 @@ def verify(key: bytes, purpose: str, token: str) -> tuple[int, ...] | None:
     return tuple(int(i) for i in ids.split("."))
 
 
+class Unsubscribe(NamedTuple):
+    """One recipient's unsubscribe link, for the body, and List-Unsubscribe header value."""
+
+    url: str
+    header: str
+
+
 @dataclass(frozen=True)
 class Links:
     """The links of one campaign's messages: base URL, signing key, mailto address."""
@@ -67,11 +75,11 @@ class Links:
     def token(self, subscriber_id: int) -> str:
         return sign(self.key, UNSUBSCRIBE, subscriber_id, self.campaign_id)
 
-    def unsubscribe(self, subscriber_id: int) -> tuple[str, str]:
-        """The unsubscribe URL and the List-Unsubscribe value, from one signature.
+    def unsubscribe(self, subscriber_id: int) -> Unsubscribe:
+        """The subscriber's unsubscribe URL and List-Unsubscribe value, from one signature.
 
         The value is folded: the https URL first, then the mailto (RFC 2369)."""
         token = self.token(subscriber_id)
         url = f"{self.base_url.rstrip('/')}/unsubscribe/{token}"
         subject = quote(f"unsubscribe {token}")
-        return url, f"<{url}>,\r\n <mailto:{self.mailto}?subject={subject}>"
+        return Unsubscribe(url, f"<{url}>,\r\n <mailto:{self.mailto}?subject={subject}>")

@@ -23,7 +23,7 @@ from jinja2.runtime import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from senddock.messages.html_text import html_to_text
-from senddock.messages.links import Links
+from senddock.messages.links import Links, Unsubscribe
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -152,13 +152,13 @@ class CompiledMessage:
     reply_to_header: str | None = None
     links: Links | None = None
 
-    def unsubscribe(self, rcpt: Recipient) -> tuple[str, str] | None:
-        """The recipient's unsubscribe URL and List-Unsubscribe value, if links are signed."""
+    def unsubscribe(self, rcpt: Recipient) -> Unsubscribe | None:
+        """The recipient's unsubscribe link, if this campaign's links are signed."""
         if self.links is None or rcpt.subscriber_id is None:
             return None
         return self.links.unsubscribe(rcpt.subscriber_id)
 
-    def context(self, rcpt: Recipient, url: str = "") -> dict[str, Any]:
+    def context(self, rcpt: Recipient, url: str) -> dict[str, Any]:
         sub = {
             "id": rcpt.subscriber_id,
             "email": rcpt.email,
@@ -173,14 +173,14 @@ class CompiledMessage:
             "unsubscribe_url": url,
         }
 
-    def parts(
-        self, rcpt: Recipient, links: tuple[str, str] | None = None
+    def parts(self, rcpt: Recipient) -> tuple[str, str, str | None]:
+        """Subject, text and HTML for one recipient; TemplateProblem names part and line."""
+        return self._parts(rcpt, self.unsubscribe(rcpt))
+
+    def _parts(
+        self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
-        """Subject, text and HTML for one recipient; TemplateProblem names part and line.
-        `links`: `unsubscribe(rcpt)`, if the caller has it already."""
-        if links is None:
-            links = self.unsubscribe(rcpt)
-        ctx = self.context(rcpt, links[0] if links else "")
+        ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "")
         subject = _one_line(_render(self.subject, ctx))
         text = _render(self.text, ctx)
         html = _render(self.html, ctx) if self.html is not None else None
@@ -188,9 +188,9 @@ class CompiledMessage:
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
         """The whole RFC 5322 message for one recipient, CRLF line endings."""
-        links = self.unsubscribe(rcpt)
+        unsubscribe = self.unsubscribe(rcpt)
         try:
-            subject, text, html = self.parts(rcpt, links)
+            subject, text, html = self._parts(rcpt, unsubscribe)
         except TemplateProblem as exc:
             raise TemplateProblem(f"rendering for {rcpt.email}: {exc}") from exc
         to = email.utils.formataddr((_one_line(rcpt.name), rcpt.email), charset="utf-8")
@@ -203,9 +203,9 @@ class CompiledMessage:
             f"Date: {_date(int(time.time()))}",
             f"Message-ID: {message_id}",
         ]
-        if links is not None:
+        if unsubscribe is not None:
             # RFC 2369 and RFC 8058: receivers (Gmail, Yahoo) POST to the https URL at once.
-            head.append(f"List-Unsubscribe: {links[1]}")
+            head.append(f"List-Unsubscribe: {unsubscribe.header}")
             head.append("List-Unsubscribe-Post: List-Unsubscribe=One-Click")
         head.append("MIME-Version: 1.0")
         if html is None:
