@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from senddock.campaigns import status
 from senddock.delivery import queue
 from senddock.delivery.link import Link
 from senddock.delivery.outcome import Reply, Transition
@@ -195,3 +196,47 @@ async def test_a_group_waits_for_a_need_a_full_group_or_its_linger(conn: Conn, d
 def _rows(conn: Conn, bid: int) -> dict[str, dict[str, Any]]:
     rows = conn.execute("SELECT * FROM broadcast_jobs WHERE broadcast_id = %s", (bid,)).fetchall()
     return {str(r["email"]): r for r in rows}
+
+
+DOOM = """
+CREATE FUNCTION senddock_test_doom() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'this outcome cannot be written';
+END $$;
+CREATE TRIGGER senddock_test_doom BEFORE UPDATE ON broadcast_jobs FOR EACH ROW
+    WHEN (NEW.status = 'sent' AND NEW.email = 'doomed@example.com')
+    EXECUTE FUNCTION senddock_test_doom();
+"""
+UNDOOM = "DROP TRIGGER senddock_test_doom ON broadcast_jobs; DROP FUNCTION senddock_test_doom()"
+
+
+def test_an_outcome_that_cannot_be_written_stops_the_worker_and_nothing_is_lost(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    """A group the database refuses for a reason other than a lost connection (which the
+    recorder outlasts): no sender sends another final dot, the worker stops by itself with a
+    non-zero exit instead of hanging with its heartbeat alive, and a new worker delivers the
+    rest; only messages whose outcome was lost go twice, at most one per session."""
+    emails = [f"r{i}@example.com" for i in range(30)]
+    emails[10] = "doomed@example.com"
+    cid, bid = send_campaign(conn, "news", emails)
+    conn.execute(DOOM)
+    with ThreadWorker(db_url, catcher.url, concurrency=2) as first:
+        stopped = wait_until(lambda: first.exit_code is not None, timeout=30)
+        assert stopped, "the worker went on (or hung) after an outcome could not be written"
+    assert first.exit_code == 1
+    assert catcher.count_by_rcpt()["doomed@example.com"] == 1
+    assert catcher.duplicates() == {}
+    conn.execute(UNDOOM)
+    with ThreadWorker(db_url, catcher.url, concurrency=2):
+        assert wait_until(lambda: unfinished(conn, bid) == 0, timeout=30)
+    assert set(catcher.count_by_rcpt()) == set(emails)  # nobody dropped
+    twice = catcher.duplicates()
+    assert "doomed@example.com" in twice  # its outcome was lost, so it went again
+    assert sum(n - 1 for n in twice.values()) <= 2  # at most one a session
+    rows = conn.execute(
+        "SELECT status, count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s GROUP BY 1",
+        (bid,),
+    ).fetchall()
+    assert {r["status"]: r["n"] for r in rows} == {"sent": 30}
+    assert status(conn, cid)["status"] == "sent"

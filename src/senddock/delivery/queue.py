@@ -243,7 +243,7 @@ def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[st
         "delay": t.delay,
         "code": reply.code,
         "enhanced": reply.enhanced,
-        "reply": reply.text[:1000].replace("\x00", ""),  # text cannot hold NUL
+        "reply": reply.text[:1000],  # storable as it is (outcome.Reply)
         "stage": reply.stage,
     }
 

@@ -54,10 +54,16 @@ class Recorder:
         self._arrived = asyncio.Event()  # something waits to be committed
         self.groups = 0
         self.written = 0
+        # Why a group could not be written (anything but a lost connection, which `_write`
+        # outlasts): the recorder has stopped, and every outcome handed over since fails with it.
+        self.failed: Exception | None = None
 
     def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
         """Queue an outcome; the future says whether it was written (False: claim lost)."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.failed is not None:
+            done.set_exception(self.failed)
+            return done
         self._waiting.append((outcome, done))
         self._arrived.set()
         if len(self._waiting) >= self.full:
@@ -91,9 +97,14 @@ class Recorder:
         try:
             written = await self._write([o for o, _ in group])
         except BaseException as exc:
-            for _, done in group:
+            failed = exc if isinstance(exc, Exception) else RuntimeError("recorder stopped")
+            if isinstance(exc, Exception):
+                log.error("%d outcomes could not be written: %s", len(group), one_line(exc))
+            self.failed = failed
+            for _, done in group + self._waiting:
                 if not done.done():
-                    done.set_exception(exc if isinstance(exc, Exception) else RuntimeError())
+                    done.set_exception(failed)
+            self._waiting = []
             raise
         self.groups += 1
         self.written += len(group)

@@ -87,6 +87,11 @@ class Prepared:
     permit: Permit | None
 
 
+class OutcomeNotWritten(Exception):
+    """An outcome the recorder could not write (not a lost connection, which it outlasts): no
+    sender may send another final dot, so the worker stops and its jobs are rescued."""
+
+
 class Unsent(enum.Enum):
     """Why a claimed job goes back without being sent."""
 
@@ -134,20 +139,30 @@ class Sender:
                 self.worked = True
                 ahead = await self._send_batch(jobs)
         finally:
-            await self._settle()
-            if ahead:
-                await self._give_back(ahead)
-            for session in self.sessions.values():
-                await session.quit()
-            await self.db.close()
+            try:
+                await self._settle()
+            finally:
+                if ahead:
+                    await self._give_back(ahead)
+                for session in self.sessions.values():
+                    await session.quit()
+                await self.db.close()
 
     async def _settle(self) -> None:
-        """Wait until the last outcome this sender handed over is written."""
+        """Wait until the last outcome this sender handed over is written; OutcomeNotWritten
+        if it could not be (then no other final dot may go: invariant 3)."""
         if self.previous is not None:
-            if not self.previous.done():
-                self.recorder.need()
-                await asyncio.wait([self.previous])
-            self.previous = None
+            previous, self.previous = self.previous, None
+            await self._written(previous)
+
+    async def _written(self, outcome: asyncio.Future[bool]) -> bool:
+        """Once the recorder has answered for an outcome: was it written (False: claim lost)?"""
+        if not outcome.done():
+            self.recorder.need()
+            await asyncio.wait([outcome])
+        if outcome.cancelled() or outcome.exception() is not None:
+            raise OutcomeNotWritten("the recorder could not write an outcome")
+        return outcome.result()
 
     async def _claim(self) -> list[Job]:
         async with self.s.claim_lock:
@@ -369,8 +384,7 @@ class Sender:
         written = self.previous = self.recorder.submit(Outcome(job, t, reply))
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
         if verdict is Verdict.SENDER_FAULT:
-            self.recorder.need()
-            if await written:
+            if await self._written(written):
                 await self._sender_fault(job.broadcast_id, reply)
         elif verdict is not Verdict.TRANSIENT or reply.stage not in SENDER_STAGES:
             self.s.faults_in_row.pop(job.broadcast_id, None)
@@ -577,8 +591,14 @@ class Worker:
             asyncio.create_task(Sender(self.shared, i, recorder).run())
             for i in range(self.concurrency)
         ]
+        failed = False
         try:
             await asyncio.gather(*senders)
+        except OutcomeNotWritten:
+            # The recorder logged why. Stop, as a crash would, but say so and let peers (or
+            # this worker's next start) rescue the jobs now rather than after the lease.
+            log.error("stopping: outcomes can no longer be written; held jobs will be rescued")
+            failed = True
         finally:
             for task in background:
                 task.cancel()
@@ -604,7 +624,7 @@ class Worker:
         log.info(
             "worker %s stopped after %d messages sent", self.shared.worker_id, self.shared.sent
         )
-        return 0
+        return 1 if failed else 0
 
 
 def run_worker(settings: Settings, url: str, concurrency: int) -> int:
