@@ -227,6 +227,10 @@ def test_an_outcome_that_cannot_be_written_stops_the_worker_and_nothing_is_lost(
     assert first.exit_code == 1
     assert catcher.count_by_rcpt()["doomed@example.com"] == 1
     assert catcher.duplicates() == {}
+    doomed = conn.execute(
+        "SELECT status, attempts FROM broadcast_jobs WHERE email = 'doomed@example.com'"
+    ).fetchone()
+    assert doomed == {"status": "sending", "attempts": 1}  # started: left to the rescue
     conn.execute(UNDOOM)
     with ThreadWorker(db_url, catcher.url, concurrency=2):
         assert wait_until(lambda: unfinished(conn, bid) == 0, timeout=30)

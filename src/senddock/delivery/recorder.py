@@ -97,13 +97,14 @@ class Recorder:
         try:
             written = await self._write([o for o, _ in group])
         except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else RuntimeError("recorder stopped")
             if isinstance(exc, Exception):
                 log.error("%d outcomes could not be written: %s", len(group), one_line(exc))
-            self.failed = failed
+                self.failed = exc
+            else:  # cancelled (the worker is stopping) or exiting
+                self.failed = RuntimeError("recorder stopped")
             for _, done in group + self._waiting:
                 if not done.done():
-                    done.set_exception(failed)
+                    done.set_exception(self.failed)
             self._waiting = []
             raise
         self.groups += 1

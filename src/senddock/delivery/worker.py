@@ -392,9 +392,15 @@ class Sender:
     def _recorded(
         self, job: Job, status: str, verdict: Verdict, written: asyncio.Future[bool]
     ) -> None:
-        """Once the recorder has answered for a job: it is no longer held, or its claim was lost."""
+        """Once the recorder has answered for a job: it is no longer held, or its claim was lost.
+
+        An outcome the recorder failed to write leaves the job held, `sending`: it was started,
+        so it is never released as unstarted; the worker stops and it is rescued."""
+        if written.cancelled() or written.exception() is not None:
+            log.error("outcome of job %s (%s) not written; it will be rescued", job.id, status)
+            return
         self.s.held.discard(job.id)
-        if written.cancelled() or written.exception() is not None or not written.result():
+        if not written.result():
             log.error(
                 "claim on job %s was lost before its outcome (%s) was written", job.id, status
             )
