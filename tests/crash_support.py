@@ -108,7 +108,7 @@ class Handbacks:
     BEGIN
         INSERT INTO test_handbacks (job_id, owner, attempts, kind, reply)
         VALUES (OLD.id, OLD.owner, OLD.attempts,
-                CASE WHEN NEW.attempts = OLD.attempts THEN 'rescue' ELSE 'release' END,
+                CASE WHEN NEW.deaths > OLD.deaths THEN 'rescue' ELSE 'release' END,
                 NEW.last_reply);
         RETURN NULL;
     END $$;

@@ -137,8 +137,9 @@ def test_restarted_worker_rescues_at_boot_only_what_the_killed_one_held(
     rows = jobs(conn, bid)
     by_id = {r["id"]: r for r in rows.values()}
     assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
-    # The rescued jobs went out again: the killed attempt counts, and so does the new one.
-    assert {by_id[i]["attempts"] for i in left} == {2}
+    # The rescued jobs went out again as suspects: the killed attempt was given back (issue 18:
+    # a death charges only a job that was its process's one suspect), the death counted.
+    assert {(by_id[i]["attempts"], by_id[i]["deaths"]) for i in left} == {(1, 1)}
     # No row that was already sent was touched.
     assert {
         i: (by_id[i]["sent_at"], by_id[i]["updated_at"], by_id[i]["owner"], by_id[i]["attempts"])

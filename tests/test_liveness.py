@@ -122,12 +122,15 @@ def test_a_killed_peer_on_another_host_is_rescued_once_its_lease_lapses(
 def _all_sent_the_rescued_by(
     conn: Conn, catcher: Catcher, bid: int, n: int, left: set[int], live_id: int
 ) -> None:
-    """Every job sent; the live peer sent each rescued one again (the killed attempt counts,
-    so does its own); an extra copy, at most one per session, is only ever a rescued job's."""
+    """Every job sent; the live peer sent each rescued one again, as a suspect whose killed
+    attempt was given back (issue 18: a death charges nobody who was not alone in it), with
+    the death counted; an extra copy, at most one per session, is only ever a rescued job's."""
     rows = jobs(conn, bid)
     by_id = {r["id"]: r for r in rows.values()}
     assert Counter(r["status"] for r in rows.values()) == Counter(sent=n)
-    assert {(by_id[i]["owner"], by_id[i]["attempts"]) for i in left} == {(live_id, 2)}
+    assert {(by_id[i]["owner"], by_id[i]["attempts"], by_id[i]["deaths"]) for i in left} == {
+        (live_id, 1, 1)
+    }
     extra = extra_copies(catcher, rows)
     assert sum(extra.values()) <= CONCURRENCY, extra
     assert {rows[e]["id"] for e in extra} <= left

@@ -15,7 +15,6 @@ from senddock.delivery.outcome import (
     Transition,
     Verdict,
     judge,
-    rescued,
     transition,
 )
 
@@ -239,17 +238,6 @@ def test_no_verdict_but_a_bounce_ever_suppresses() -> None:
             for faults in range(JOB_SENDER_FAULT_LIMIT):
                 t = after(verdict, attempts=attempt, sender_faults=faults)
                 assert t.suppress is (verdict is Verdict.BOUNCE)
-
-
-def test_a_rescued_job_runs_again_at_once_while_budget_remains() -> None:
-    for attempt in range(1, 6):
-        t = rescued(attempt, BACKOFF)
-        assert (t.status, t.failure, t.delay, t.suppress) == ("retry", None, 0.0, False)
-
-
-def test_a_rescued_job_that_spent_its_budget_fails_as_exhausted() -> None:
-    assert rescued(6, BACKOFF) == Transition("failed", "exhausted")
-    assert rescued(1, []) == Transition("failed", "exhausted")
 
 
 # -- judge and transition together, as the worker applies them ------------------------------

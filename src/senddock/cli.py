@@ -6,9 +6,11 @@ import csv
 import email
 import email.message
 import email.policy
+import functools
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -258,6 +260,12 @@ def status_cmd(campaign_id: int, as_json: bool) -> None:
         click.echo(f"  still enqueuing: {st['total']} recipients so far")
     if st["pause_reason"]:
         click.echo(f"  paused because the relay said: {st['pause_reason']}")
+    if st["worker_deaths"]:
+        n = st["worker_deaths"]
+        click.echo(
+            f"  {n} worker process{'es' if n != 1 else ''} died holding its messages;"
+            f" the last: {st['last_worker_death']}"
+        )
 
 
 @campaign.command("pause")
@@ -331,8 +339,19 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     url = current_database(s)
     processes = default_processes(processes)
     if processes > 1:
-        sys.exit(run_processes(processes, lambda: run_worker(s, url, concurrency)))
+        work = functools.partial(run_worker, s, url, concurrency)
+        note = functools.partial(_note_exit, url)
+        sys.exit(run_processes(processes, work, watchdog=s.lease_seconds, note=note))
     sys.exit(run_worker(s, url, concurrency))
+
+
+def _note_exit(url: str, pid: int, started: str, reason: str) -> None:
+    """Write down how a worker process ended, for its death record (delivery/rescuer.py)."""
+    from senddock.delivery.rescuer import Identity, note_exit
+
+    ident = Identity(socket.gethostname(), "", pid, started)
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        note_exit(conn, ident, reason)
 
 
 @cli.command("demo")

@@ -111,6 +111,14 @@ FROM broadcast_jobs WHERE broadcast_id = %s
 STATUS = """
 SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
        b.final_counts,
+       -- Worker processes that died holding its jobs (delivery/rescuer.py): their number and
+       -- the latest, so a crash-looping worker shows where a person looks.
+       (SELECT count(*) FROM worker_deaths d
+        WHERE d.broadcast_ids @> ARRAY[c.broadcast_id]) AS worker_deaths,
+       (SELECT to_char(d.found_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               || ' ' || d.host || ' pid ' || d.pid || ': ' || d.reason
+        FROM worker_deaths d WHERE d.broadcast_ids @> ARRAY[c.broadcast_id]
+        ORDER BY d.found_at DESC, d.id DESC LIMIT 1) AS last_worker_death,
        b.status = 'cancelled' OR NOT EXISTS (SELECT 1 FROM broadcast_enqueues e
                                           WHERE e.broadcast_id = c.broadcast_id) AS enqueue_done
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
@@ -152,6 +160,8 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.
         "enqueue_done": c["enqueue_done"],
+        "worker_deaths": int(c["worker_deaths"] or 0),
+        "last_worker_death": c["last_worker_death"],
     }
 
 

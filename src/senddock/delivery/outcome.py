@@ -125,10 +125,3 @@ def transition(
     if attempts > len(backoff):
         return Transition("failed", "exhausted")
     return Transition("retry", delay=backoff[attempts - 1])
-
-
-def rescued(attempts: int, backoff: list[float]) -> Transition:
-    """A job whose owner died mid-attempt: run again at once, unless the budget is spent."""
-    if attempts > len(backoff):
-        return Transition("failed", "exhausted")
-    return Transition("retry")

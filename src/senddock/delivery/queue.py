@@ -1,7 +1,9 @@
 """The delivery queue: every statement that moves a job between states lives here.
 
 pending|retry --claim--> sending --outcome--> sent | retry | failed
-sending --owner died--> retry (rescued)        sending --not started, shutting down--> back
+sending --not started, shutting down--> back (attempt given back)
+sending --owner died--> pending|retry as a suspect (attempt given back, death counted)
+sending --owner died holding it as its one suspect, the second time--> failed (rejected)
 
 Each statement names the invariant of shared/DESIGN.md it keeps.
 """
@@ -31,12 +33,17 @@ class Job:
     broadcast_id: int
     email: str
     name: str
-    attributes: dict[str, Any]
+    # The subscriber's attributes as JSON text, parsed per job by the sender: one subscriber's
+    # odd data then fails that job alone (psycopg's own parser, past about 1,000 levels of
+    # nesting, would fail the whole claim, and every job in it).
+    attributes: str
     attempts: int
     sender_faults: int
     message_id: str
     # The subscriber the job is for: its unsubscribe link names it.
     subscriber_id: int = 0
+    # Claimed as its process's one suspect (a worker died holding it before): see RESCUE.
+    suspect: bool = False
 
 
 # Invariant 2: one statement claims; the CTE locks at most n rows (LIMIT inside the locking
@@ -46,32 +53,50 @@ class Job:
 # with `LIMIT $1` the generic plan must guess the limit, and past about 100,000 claimable jobs
 # Postgres never adopts it and plans every claim anew (about a millisecond); a fixed limit lets
 # it keep one plan.
+# Ordinary jobs are those no dead worker held (`deaths = 0`). A process that holds no suspect
+# also takes at most one suspect (`{suspects}` is 1 or 0), through their own partial index:
+# one at a time, so that if the process dies again, RESCUE can charge that one job alone.
 CLAIM_TEMPLATE = """
-WITH picked AS (
-    SELECT j.id, EXISTS (
-               SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email)
-           ) AS suppressed
+WITH suspect AS (
+    SELECT j.id, true AS suspect
     FROM broadcast_jobs j
     JOIN broadcasts b ON b.id = j.broadcast_id
-    WHERE j.status IN ('pending', 'retry') AND j.run_at <= now() AND b.status = 'running'
+    WHERE j.status IN ('pending', 'retry') AND j.deaths > 0 AND j.run_at <= now()
+      AND b.status = 'running'
+    ORDER BY j.run_at
+    LIMIT {suspects}
+    FOR UPDATE OF j SKIP LOCKED
+), ordinary AS (
+    SELECT j.id, false AS suspect
+    FROM broadcast_jobs j
+    JOIN broadcasts b ON b.id = j.broadcast_id
+    WHERE j.status IN ('pending', 'retry') AND j.deaths = 0 AND j.run_at <= now()
+      AND b.status = 'running'
     ORDER BY j.run_at
     LIMIT {n}
     FOR UPDATE OF j SKIP LOCKED
+), picked AS (
+    SELECT p.id, p.suspect, EXISTS (
+               SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email)
+           ) AS suppressed
+    FROM (SELECT * FROM suspect UNION ALL SELECT * FROM ordinary) p
+    JOIN broadcast_jobs j ON j.id = p.id
 ), claimed AS (
     UPDATE broadcast_jobs j
-    SET status     = CASE WHEN p.suppressed THEN 'failed' ELSE 'sending' END,
-        failure    = CASE WHEN p.suppressed THEN 'suppressed' END,
-        attempts   = j.attempts + CASE WHEN p.suppressed THEN 0 ELSE 1 END,
-        owner      = %(owner)s,
-        claimed_at = now(),
-        updated_at = now()
+    SET status        = CASE WHEN p.suppressed THEN 'failed' ELSE 'sending' END,
+        failure       = CASE WHEN p.suppressed THEN 'suppressed' END,
+        attempts      = j.attempts + CASE WHEN p.suppressed THEN 0 ELSE 1 END,
+        suspect_claim = p.suspect AND NOT p.suppressed,
+        owner         = %(owner)s,
+        claimed_at    = now(),
+        updated_at    = now()
     FROM picked p
     WHERE j.id = p.id
     RETURNING j.id, j.broadcast_id, j.subscriber_id, j.email, j.status, j.attempts,
-              j.sender_faults, j.message_id
+              j.sender_faults, j.message_id, j.suspect_claim
 )
-SELECT c.id, c.broadcast_id, c.email, s.name, s.attributes, c.attempts, c.sender_faults,
-       c.message_id, c.subscriber_id
+SELECT c.id, c.broadcast_id, c.email, s.name, s.attributes::text AS attributes, c.attempts,
+       c.sender_faults, c.message_id, c.subscriber_id, c.suspect_claim AS suspect
 FROM claimed c JOIN subscribers s ON s.id = c.subscriber_id
 WHERE c.status = 'sending'
 ORDER BY c.id
@@ -142,18 +167,43 @@ SET status     = CASE WHEN attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
 WHERE owner = %(owner)s AND status = 'sending' AND NOT (id = ANY(%(held)s::bigint[]))
 """
 
-# Invariant 5: only jobs of owners known dead are rescued; the attempt they were in counts.
+# Invariant 5: only jobs of owners known dead are rescued. Which of them killed the process
+# (if one did) is unknown, and most were never started: each goes back with its attempt given
+# back and the death counted (`deaths`), a suspect from now on, claimed one at a time a process
+# (CLAIM_TEMPLATE). The one a process held as its suspect is charged the death alone
+# (`alone_deaths`); charged SUSPECT_DEATHS times it fails as rejected, never tried again, so a
+# job that kills every worker that takes it cannot retry forever (invariant 2's reason), and no
+# other job pays for it.
 RESCUE = """
-UPDATE broadcast_jobs
-SET status     = CASE WHEN attempts > %(budget)s THEN 'failed' ELSE 'retry' END,
-    failure    = CASE WHEN attempts > %(budget)s THEN 'exhausted' END,
-    owner      = NULL,
-    run_at     = now(),
-    last_stage = 'rescue',
-    last_reply = 'worker ' || owner || ' died during this attempt',
-    updated_at = now()
-WHERE status = 'sending' AND owner = ANY(%(dead)s::bigint[])
+WITH dead AS (
+    SELECT j.id, j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
+    FROM broadcast_jobs j
+    WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
+)
+UPDATE broadcast_jobs j
+SET status        = CASE WHEN d.poison THEN 'failed'
+                         WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+    failure       = CASE WHEN d.poison THEN 'rejected' END,
+    attempts      = j.attempts - CASE WHEN d.poison THEN 0 ELSE 1 END,
+    deaths        = j.deaths + 1,
+    alone_deaths  = j.alone_deaths + CASE WHEN j.suspect_claim THEN 1 ELSE 0 END,
+    suspect_claim = false,
+    owner         = NULL,
+    run_at        = now(),
+    last_stage    = 'rescue',
+    last_code     = NULL,
+    last_enhanced = NULL,
+    last_reply    = CASE WHEN d.poison
+                         THEN 'worker died while sending this job (' || (j.alone_deaths + 1)
+                              || ' times, as its only suspect); not sent again'
+                         ELSE 'worker ' || j.owner
+                              || ' died while holding this job; attempt given back' END,
+    updated_at    = now()
+FROM dead d
+WHERE j.id = d.id
 """
+# A job its process held alone as a suspect this many times when the process died fails.
+SUSPECT_DEATHS = 2
 
 # Invariant 8: "done" is observable. A broadcast is finished, and its campaign sent, only when
 # it is fully enqueued (no broadcast_enqueues row: the last chunk deletes it with its jobs) and
@@ -194,19 +244,20 @@ NOTE_SENDER_FAULT = "UPDATE broadcasts SET last_sender_fault = %(reason)s WHERE 
 
 
 @functools.lru_cache(maxsize=8)
-def claim_sql(n: int) -> str:
-    """The claim statement, taking at most `n` jobs."""
-    return sql.SQL(CLAIM_TEMPLATE).format(n=sql.Literal(int(n))).as_string(None)
+def claim_sql(n: int, suspects: int = 0) -> str:
+    """The claim statement, taking at most `n` ordinary jobs and `suspects` suspects."""
+    literal = {"n": sql.Literal(int(n)), "suspects": sql.Literal(int(suspects))}
+    return sql.SQL(CLAIM_TEMPLATE).format(**literal).as_string(None)
 
 
-async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
-    """Claim up to n due jobs for `owner` and commit the claim.
+async def claim(conn: AsyncConn, owner: int, n: int, *, suspect: bool = False) -> list[Job]:
+    """Claim up to n due jobs for `owner` (and one suspect, if `suspect`) and commit the claim.
 
     One statement on an autocommit connection is its own transaction: it has committed when
     its rows arrive, with one round trip instead of BEGIN, the claim, COMMIT.
     """
     _own_transaction(conn)
-    cur = await conn.execute(claim_sql(n), {"owner": owner})
+    cur = await conn.execute(claim_sql(n, 1 if suspect else 0), {"owner": owner})
     rows = await cur.fetchall()
     return [
         Job(
@@ -214,11 +265,12 @@ async def claim(conn: AsyncConn, owner: int, n: int) -> list[Job]:
             broadcast_id=r["broadcast_id"],
             email=r["email"],
             name=r["name"],
-            attributes=r["attributes"] or {},
+            attributes=r["attributes"] or "{}",
             attempts=r["attempts"],
             sender_faults=r["sender_faults"],
             message_id=r["message_id"],
             subscriber_id=r["subscriber_id"],
+            suspect=r["suspect"],
         )
         for r in rows
     ]
@@ -327,11 +379,11 @@ async def release_orphans(conn: AsyncConn, owner: int, held: list[int]) -> int:
     return cur.rowcount
 
 
-async def rescue(conn: AsyncConn, dead: list[int], budget: int) -> int:
-    """Return the jobs of dead owners to retry; the number rescued."""
+async def rescue(conn: AsyncConn, dead: list[int]) -> int:
+    """Return the jobs of dead owners as suspects (RESCUE); the number rescued."""
     if not dead:
         return 0
-    cur = await conn.execute(RESCUE, {"dead": dead, "budget": budget})
+    cur = await conn.execute(RESCUE, {"dead": dead, "alone_limit": SUSPECT_DEATHS})
     return cur.rowcount
 
 

@@ -102,15 +102,65 @@ UNKNOWN_OWNERS = """
 SELECT DISTINCT j.owner AS id FROM broadcast_jobs j
 WHERE j.status = 'sending' AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = j.owner)
 """
-# Declare dead. For a lease lapse the age is checked again in the same statement, so a heartbeat
-# that landed since the look keeps the worker alive.
+# Declare dead, and write down each death with what it held (worker_deaths: `campaign status`,
+# the dashboard and /metrics show them). For a lease lapse the age is checked again in the same
+# statement, so a heartbeat that landed since the look keeps the worker alive. The reason is the
+# one its supervisor or its own last words left (`exit_reason`), else how it was found dead.
 BURY = """
-DELETE FROM workers w
-WHERE w.id = ANY(%(known_dead)s::bigint[])
-   OR (w.id = ANY(%(lapsed)s::bigint[])
-       AND now() - greatest(w.heartbeat_at, pg_postmaster_start_time())
-           > make_interval(secs => %(lease)s))
-RETURNING w.id
+WITH buried AS (
+    DELETE FROM workers w
+    WHERE w.id = ANY(%(known_dead)s::bigint[])
+       OR (w.id = ANY(%(lapsed)s::bigint[])
+           AND now() - greatest(w.heartbeat_at, pg_postmaster_start_time())
+               > make_interval(secs => %(lease)s))
+    RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.exit_reason
+), held AS (
+    SELECT j.owner, count(*) AS n, array_agg(DISTINCT j.broadcast_id) AS broadcast_ids
+    FROM broadcast_jobs j
+    WHERE j.status = 'sending' AND j.owner IN (SELECT id FROM buried)
+    GROUP BY j.owner
+), noted AS (
+    INSERT INTO worker_deaths
+        (worker_id, host, pid, started_at, last_heartbeat, reason, jobs_held, broadcast_ids)
+    SELECT b.id, b.host, b.pid, b.started_at, b.heartbeat_at,
+           coalesce(b.exit_reason,
+                    CASE WHEN b.id = ANY(%(known_dead)s::bigint[])
+                         THEN 'process gone (no exit status known: SIGKILL, OOM or a crash)'
+                         ELSE 'no heartbeat for '
+                              || round(extract(epoch FROM now() - b.heartbeat_at))::text || ' s'
+                    END),
+           coalesce(h.n, 0), coalesce(h.broadcast_ids, '{}')
+    FROM buried b LEFT JOIN held h ON h.owner = b.id
+)
+SELECT id FROM buried
+"""
+# A worker that stops on an error it cannot outlast says why before it deregisters.
+LAST_WORDS = """
+WITH gone AS (
+    DELETE FROM workers w WHERE w.id = %(id)s
+    RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at
+)
+INSERT INTO worker_deaths
+    (worker_id, host, pid, started_at, last_heartbeat, reason, jobs_held, broadcast_ids)
+SELECT g.id, g.host, g.pid, g.started_at, g.heartbeat_at, %(reason)s,
+       (SELECT count(*) FROM broadcast_jobs j WHERE j.owner = g.id AND j.status = 'sending'),
+       coalesce((SELECT array_agg(DISTINCT j.broadcast_id) FROM broadcast_jobs j
+                 WHERE j.owner = g.id AND j.status = 'sending'), '{}')
+FROM gone g
+"""
+# The supervisor's word on a child that exited: on its row if it is still there, else on the
+# death its peer wrote down a moment ago.
+EXIT_REASON = """
+WITH live AS (
+    UPDATE workers SET exit_reason = %(reason)s
+    WHERE host = %(host)s AND pid = %(pid)s AND pid_started = %(pid_started)s
+    RETURNING id
+)
+UPDATE worker_deaths d SET reason = %(reason)s
+WHERE NOT EXISTS (SELECT 1 FROM live) AND d.id = (
+    SELECT id FROM worker_deaths
+    WHERE host = %(host)s AND pid = %(pid)s AND found_at > now() - interval '10 minutes'
+    ORDER BY found_at DESC LIMIT 1)
 """
 
 
@@ -148,8 +198,23 @@ async def mark_stopping(conn: AsyncConn, worker_id: int) -> None:
     await conn.execute(STOPPING, {"id": worker_id})
 
 
-async def deregister(conn: AsyncConn, worker_id: int) -> None:
-    await conn.execute(DEREGISTER, {"id": worker_id})
+async def deregister(conn: AsyncConn, worker_id: int, reason: str | None = None) -> None:
+    """Remove this worker's row; with a `reason`, as a death, written down with what it held."""
+    if reason is None:
+        await conn.execute(DEREGISTER, {"id": worker_id})
+    else:
+        await conn.execute(LAST_WORDS, {"id": worker_id, "reason": reason[:1000]})
+
+
+def note_exit(conn: psycopg.Connection[Any], ident: Identity, reason: str) -> None:
+    """The supervisor's account of how child `ident` ended (exit code, signal, watchdog)."""
+    params = {
+        "host": ident.host,
+        "pid": ident.pid,
+        "pid_started": ident.pid_started,
+        "reason": reason[:1000],
+    }
+    conn.execute(EXIT_REASON, params)
 
 
 async def sweep(
@@ -157,7 +222,6 @@ async def sweep(
     me: int,
     ident: Identity,
     lease: float,
-    budget: int,
     *,
     judge_lapses: bool = True,
 ) -> int:
@@ -190,7 +254,7 @@ async def sweep(
             buried = [int(r["id"]) for r in await cur.fetchall()]
         cur = await conn.execute(UNKNOWN_OWNERS)
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
-        return await queue.rescue(conn, sorted(set(buried) | set(owners)), budget)
+        return await queue.rescue(conn, sorted(set(buried) | set(owners)))
 
 
 LIST = """
@@ -205,3 +269,43 @@ FROM workers w ORDER BY w.id
 def list_workers(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
     """Registered workers with heartbeat age (database clock) and the jobs each holds."""
     return conn.execute(LIST).fetchall()
+
+
+DEATHS = """
+SELECT d.id, d.worker_id, d.host, d.pid, d.started_at, d.last_heartbeat, d.found_at,
+       d.reason, d.jobs_held, d.broadcast_ids
+FROM worker_deaths d
+WHERE %(broadcast_id)s::bigint IS NULL OR d.broadcast_ids @> ARRAY[%(broadcast_id)s::bigint]
+ORDER BY d.found_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+DEATH_COUNT = """
+SELECT count(*) AS n, max(found_at) AS last_at FROM worker_deaths d
+WHERE %(broadcast_id)s::bigint IS NULL OR d.broadcast_ids @> ARRAY[%(broadcast_id)s::bigint]
+"""
+
+
+@dataclass(frozen=True)
+class Deaths:
+    """Worker processes found dead (all of them, or those that held a broadcast's jobs)."""
+
+    count: int
+    last_at: Any  # datetime | None
+    last_reason: str | None
+    recent: list[dict[str, Any]]
+
+
+def deaths(
+    conn: psycopg.Connection[dict[str, Any]], broadcast_id: int | None = None, limit: int = 10
+) -> Deaths:
+    """How many worker deaths (that held `broadcast_id`'s jobs, if given), and the latest."""
+    params = {"broadcast_id": broadcast_id, "limit": limit}
+    head = conn.execute(DEATH_COUNT, params).fetchone()
+    recent = conn.execute(DEATHS, params).fetchall()
+    assert head is not None
+    return Deaths(
+        count=int(head["n"]),
+        last_at=head["last_at"],
+        last_reason=recent[0]["reason"] if recent else None,
+        recent=recent,
+    )

@@ -33,6 +33,7 @@ from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Reply
+from senddock.messages import AddressProblem, wire_address
 
 # MAIL and RCPT replies that let the transaction go on (RFC 5321: 251 forwards the mail).
 _GO_ON = (250, 251)
@@ -290,12 +291,22 @@ class SmtpSession:
         No server said so: a bad sender is charged to MAIL (about us: it pauses the broadcast
         and suppresses nobody), a bad recipient to RCPT as rejected, never as a bounce.
         """
+        wire = []
         for stage, address in (("mail", sender), ("rcpt", recipient)):
             if _UNSAFE.search(address):
                 return Reply(stage, 553, "5.5.4 not sent: a control character in the address")
+            try:
+                address = wire_address(address)  # an IDNA domain in A-labels
+            except AddressProblem as exc:
+                return Reply(stage, 553, f"5.6.7 not sent: {exc}")
             if not address.isascii() and not self._smtputf8:
-                text = "5.6.7 not sent: a non-ASCII address, and the server lacks SMTPUTF8"
+                text = (
+                    "5.6.7 not sent: the address has a non-ASCII local part, which needs"
+                    " SMTPUTF8, and the server does not offer it"
+                )
                 return Reply(stage, 553, text)
+            wire.append(address)
+        sender, recipient = wire
         mail = b"MAIL FROM:" + _bracketed(sender)
         if not (sender.isascii() and recipient.isascii()):
             mail += b" SMTPUTF8"

@@ -14,6 +14,12 @@ a rate-limit permit in hand for it): one round trip a message instead of two (de
 a sender claims its next batch before the last message of a batch, so that holds across batches.
 Database faults are retried with backoff; an outcome whose commit was not acknowledged is read
 back before it is written again.
+
+One recipient's data never costs another anything: whatever goes wrong while preparing or
+sending one job (an address the relay cannot take, a name or attribute a template chokes on,
+a bug) is that job's outcome, `rejected` with the reason, logged once with its traceback. A
+process that dies anyway gives its jobs back as suspects (delivery/queue.py, RESCUE), and holds
+at most one suspect at a time, so a job that kills its worker fails alone.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import contextlib
 import enum
 import functools
+import json
 import logging
 import os
 import signal
@@ -33,7 +40,7 @@ import psycopg
 from senddock.campaigns import compose, scheduler
 from senddock.campaigns.broadcast import PARTS, run_enqueuer
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery import queue, rescuer
+from senddock.delivery import processes, queue, rescuer
 from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
@@ -63,6 +70,8 @@ class Shared:
     heartbeat_ok: float = field(default_factory=time.monotonic)
     declared_dead: bool = False
     held: set[int] = field(default_factory=set)
+    # The one suspect this process holds, if any (a job a dead worker held: queue.RESCUE).
+    suspect: int | None = None
     claim_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     compiled: dict[int, tuple[CompiledMessage, str]] = field(default_factory=dict)
     faults_in_row: dict[int, int] = field(default_factory=dict)
@@ -85,6 +94,11 @@ class Prepared:
     job_id: int
     target: SmtpTarget
     permit: Permit | None
+
+
+# Test hook: a job for this address SIGKILLs its worker as it is prepared, every time (the
+# poison job of tests/test_poison.py and bench/chaos.py's `poison` scenario). Unset in use.
+KILL_ON = os.environ.get("SENDDOCK_TEST_KILL_ON") or None
 
 
 class OutcomeNotWritten(Exception):
@@ -168,7 +182,10 @@ class Sender:
         async with self.s.claim_lock:
             try:
                 conn = await self.db.conn(give_up_when_stopping=True)
-                jobs = await queue.claim(conn, self.s.worker_id, self.s.settings.claim_batch)
+                n = self.s.settings.claim_batch
+                # A process holds at most one suspect: if it dies, that one alone is charged.
+                suspect = self.s.suspect is None
+                jobs = await queue.claim(conn, self.s.worker_id, n, suspect=suspect)
             except Stopped:
                 return []
             except psycopg.OperationalError as exc:
@@ -185,6 +202,9 @@ class Sender:
                     )
                 return []
             self.s.held.update(j.id for j in jobs)
+            for j in jobs:
+                if j.suspect:
+                    self.s.suspect = j.id
             # The database said these broadcasts are running (resumed, if we had paused them).
             self.s.paused.difference_update(j.broadcast_id for j in jobs)
             return jobs
@@ -244,10 +264,12 @@ class Sender:
         """
         try:
             message, envelope_from = await self._compiled(job.broadcast_id)
-            rcpt = Recipient(job.email, job.name, job.attributes, job.subscriber_id)
-            data = message.render(rcpt, job.message_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
+        prepared_data = _prepare(job, message)
+        if isinstance(prepared_data, Reply):
+            return prepared_data
+        data = prepared_data
         tries = len(self.s.servers.targets)
         prepared, self.prepared = self.prepared, None
         if prepared is not None and prepared.job_id != job.id:
@@ -269,9 +291,16 @@ class Sender:
                 then = None
                 if following is not None and following.broadcast_id == job.broadcast_id:
                     then = functools.partial(self._ahead, target, following, envelope_from)
-                reply = await session.send(
-                    envelope_from, job.email, data, before_dot=self._settle, then=then
-                )
+                try:
+                    reply = await session.send(
+                        envelope_from, job.email, data, before_dot=self._settle, then=then
+                    )
+                except OutcomeNotWritten:
+                    raise
+                except Exception as exc:  # a bug on one job's path: its outcome, not a crash
+                    log.exception("job %s: sending failed; it fails as rejected", job.id)
+                    session.close()  # whatever state the session was left in, start anew
+                    return Reply("render", 554, f"5.3.0 not sent: {_summary(exc)}")
             if not connection_failed(reply):
                 if reply.stage in CONNECTION_STAGES:
                     self.s.servers.settled(target.name)  # a 5xx about us: outcome.py judges it
@@ -399,7 +428,7 @@ class Sender:
         if written.cancelled() or written.exception() is not None:
             log.error("outcome of job %s (%s) not written; it will be rescued", job.id, status)
             return
-        self.s.held.discard(job.id)
+        self._let_go(job.id)
         if not written.result():
             log.error(
                 "claim on job %s was lost before its outcome (%s) was written", job.id, status
@@ -429,7 +458,38 @@ class Sender:
                 lambda c: queue.release(c, self.s.worker_id, jobs), give_up_when_stopping=True
             )
         for j in jobs:
-            self.s.held.discard(j.id)
+            self._let_go(j.id)
+
+    def _let_go(self, job_id: int) -> None:
+        """This process no longer holds `job_id` (written, or given back)."""
+        self.s.held.discard(job_id)
+        if self.s.suspect == job_id:
+            self.s.suspect = None
+            self.s.wake.set()  # the next suspect may be claimed: an idle sender takes it now
+
+
+def _summary(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _prepare(job: Job, message: CompiledMessage) -> bytes | Reply:
+    """One job's message bytes, or the Reply that fails it: nothing about one recipient (its
+    address, name, attributes, a template that fails for it alone) may stop the process."""
+    if KILL_ON is not None and job.email == KILL_ON:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        attributes = json.loads(job.attributes)
+        if not isinstance(attributes, dict):
+            attributes = {}
+        rcpt = Recipient(job.email, job.name, attributes, job.subscriber_id)
+        return message.render(rcpt, job.message_id)
+    except TemplateProblem as exc:
+        log.warning("job %s not sent: %s", job.id, exc)
+        return Reply("render", 554, f"5.6.0 {exc}")
+    except Exception as exc:
+        log.exception("job %s: its message could not be made; it fails as rejected", job.id)
+        return Reply("render", 554, f"5.6.0 not sent: the message failed: {_summary(exc)}")
 
 
 class Worker:
@@ -489,6 +549,14 @@ class Worker:
                 self._needs_lock = True
             await asyncio.sleep(interval)
 
+    async def _supervisor_loop(self, heartbeat: asyncio.Task[None]) -> None:
+        """Tell the supervisor (`--processes`) this process is alive: its event loop runs and
+        its heartbeat task with it. A database outage does not stop the beats; a loop stuck in
+        one job's code, or a heartbeat task that ended, does, and the supervisor replaces us."""
+        while not heartbeat.done():
+            processes.beat()
+            await asyncio.sleep(1.0)
+
     _needs_lock = False
 
     def _grant_grace(self) -> None:
@@ -508,7 +576,6 @@ class Worker:
     async def _maintenance_loop(self) -> None:
         """Rescue what dead peers held and mark finished broadcasts, on a short period."""
         period = max(0.5, min(self.settings.lease_seconds / 3, 5.0))
-        budget = len(self.settings.backoff)
         link = Link(self.url, self.shared.stopping.is_set)
         cut_off = False
         cleaner = Cleaner(self.settings.retention_days)  # retention, at a low rate
@@ -524,7 +591,6 @@ class Worker:
                     self.shared.worker_id,
                     self.ident,
                     self.settings.lease_seconds,
-                    budget,
                     judge_lapses=judge,
                 )
                 if n:
@@ -561,9 +627,8 @@ class Worker:
         """Run until stop(); return the process exit code."""
         await self._register()
         conn = await self.hb.conn()
-        budget = len(self.settings.backoff)
         n = await rescuer.sweep(
-            conn, self.shared.worker_id, self.ident, self.settings.lease_seconds, budget
+            conn, self.shared.worker_id, self.ident, self.settings.lease_seconds
         )
         log.info(
             "worker %s started with %d senders; rescued %d jobs at boot",
@@ -571,8 +636,10 @@ class Worker:
             self.concurrency,
             n,
         )
+        heartbeat = asyncio.create_task(self._heartbeat_loop())
         background = [
-            asyncio.create_task(self._heartbeat_loop()),
+            heartbeat,
+            asyncio.create_task(self._supervisor_loop(heartbeat)),
             asyncio.create_task(self._maintenance_loop()),
             asyncio.create_task(self._listen_loop()),
             # Broadcasts still being enqueued: their next chunks, PARTS at a time (broadcast.py).
@@ -597,14 +664,14 @@ class Worker:
             asyncio.create_task(Sender(self.shared, i, recorder).run())
             for i in range(self.concurrency)
         ]
-        failed = False
+        failed: str | None = None
         try:
-            await asyncio.gather(*senders)
+            failed = await self._until_done(senders, background)
         except OutcomeNotWritten:
             # The recorder logged why. Stop, as a crash would, but say so and let peers (or
             # this worker's next start) rescue the jobs now rather than after the lease.
             log.error("stopping: outcomes can no longer be written; held jobs will be rescued")
-            failed = True
+            failed = "stopped: an outcome could not be written (see the worker's log)"
         finally:
             for task in background:
                 task.cancel()
@@ -619,7 +686,9 @@ class Worker:
             # Bounded: with the database gone, peers (or our replacement) will rescue instead.
             async with asyncio.timeout(10):
                 await self.hb.retrying(queue.finish)
-                await self.hb.retrying(lambda c: rescuer.deregister(c, self.shared.worker_id))
+                await self.hb.retrying(
+                    lambda c: rescuer.deregister(c, self.shared.worker_id, failed)
+                )
         except TimeoutError:
             log.warning(
                 "could not deregister worker %s: database unreachable", self.shared.worker_id
@@ -631,6 +700,33 @@ class Worker:
             "worker %s stopped after %d messages sent", self.shared.worker_id, self.shared.sent
         )
         return 1 if failed else 0
+
+    async def _until_done(
+        self, senders: list[asyncio.Task[None]], background: list[asyncio.Task[None]]
+    ) -> str | None:
+        """Wait for the senders to end (after stop()); None, or why the worker must stop now.
+
+        A background task (heartbeat, rescuer, listener, enqueuer) runs for as long as the
+        worker does: one that ends with an error would leave a process that looks alive but
+        keeps no lease or rescues nobody, so it stops the worker instead, with the reason."""
+        everything = {*senders, *background}
+        while True:
+            done, _ = await asyncio.wait(everything, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                everything.discard(task)
+                exc = None if task.cancelled() else task.exception()
+                if isinstance(exc, OutcomeNotWritten):
+                    raise exc
+                if task in background and self.shared.stopping.is_set() and exc is None:
+                    continue  # a duty that ends with the worker
+                if exc is not None or task in background:
+                    what = "a sender" if task in senders else "a background task"
+                    reason = _summary(exc) if exc is not None else "ended"
+                    log.error("stopping: %s failed: %s", what, reason, exc_info=exc)
+                    self.stop()
+                    return f"stopped: {what} failed: {reason}"
+            if all(t.done() for t in senders):
+                return None
 
 
 def run_worker(settings: Settings, url: str, concurrency: int) -> int:

@@ -3,16 +3,19 @@
 from senddock.messages.html_text import html_to_text
 from senddock.messages.links import UNSUBSCRIBE, Links, LinkSettings, sign, verify
 from senddock.messages.render import (
+    AddressProblem,
     CompiledMessage,
     HeaderError,
     Recipient,
     TemplateProblem,
     check_header,
     compile_message,
+    wire_address,
 )
 
 __all__ = [
     "UNSUBSCRIBE",
+    "AddressProblem",
     "CompiledMessage",
     "HeaderError",
     "LinkSettings",
@@ -24,4 +27,5 @@ __all__ = [
     "html_to_text",
     "sign",
     "verify",
+    "wire_address",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import quopri
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from email.header import Header
 from types import TracebackType
 from typing import Any
 
+import idna
 from jinja2 import TemplateError, TemplateSyntaxError
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
@@ -105,9 +107,9 @@ def _render(template: Any, ctx: dict[str, Any]) -> str:
 
 
 def _encode_header(value: str) -> str:
-    if value.isascii():
+    if value.isascii() and len(value) <= _FOLD_AT:
         return value
-    return Header(value, "utf-8").encode()
+    return Header(value, "utf-8").encode(linesep="\r\n")
 
 
 def _format_from(from_addr: str) -> str:
@@ -127,6 +129,56 @@ def _address_header(what: str, value: str) -> tuple[str, str]:
 def _one_line(value: str) -> str:
     """A value from a subscriber's data, made safe for a header (no CR, LF or runs of space)."""
     return " ".join(value.split())
+
+
+# A subscriber's name in To is a courtesy: past this many characters it is cut (a header line
+# longer than 998 octets is refused by some relays, which would count against the broadcast).
+MAX_NAME = 200
+# An ASCII header value longer than this is folded as encoded words (RFC 2047), which can be.
+_FOLD_AT = 900
+# What a display name must be quoted for (RFC 5322 specials, besides the atext it may hold).
+_SPECIALS = re.compile(r'[()<>\[\]:;@\\,."]')
+
+
+class AddressProblem(ValueError):
+    """A recipient address that cannot be written into a message (no such IDNA domain...)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def ascii_domain(domain: str) -> str:
+    """The domain as DNS and an ASCII-only relay take it: IDNA A-labels (RFC 5891)."""
+    if domain.isascii():
+        return domain
+    try:
+        return idna.encode(domain, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise AddressProblem(f"the domain {domain!r} has no IDNA form: {exc}") from exc
+
+
+def wire_address(address: str) -> str:
+    """The address as it goes on the wire: an IDNA domain in A-labels; a non-ASCII local part
+    stays as it is, which only a relay that offers SMTPUTF8 (RFC 6531) can take."""
+    if address.isascii():
+        return address
+    local, at, domain = address.rpartition("@")
+    return f"{local}{at}{ascii_domain(domain)}" if at else address
+
+
+def _to_header(name: str, address: str) -> str:
+    """The To header's value for one recipient.
+
+    An ASCII address (an IDNA domain in A-labels) goes with the name RFC 2047-encoded, readable
+    everywhere; a non-ASCII local part can only travel with SMTPUTF8, so the header is written
+    as RFC 6532 allows it then, in UTF-8 as it is."""
+    name = _one_line(name)[:MAX_NAME]
+    addr = wire_address(address)
+    if addr.isascii():
+        return email.utils.formataddr((name, addr), charset="utf-8")
+    if not name:
+        return addr
+    if _SPECIALS.search(name):
+        name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{name} <{address}>"
 
 
 @functools.lru_cache(maxsize=2)
@@ -193,7 +245,7 @@ class CompiledMessage:
             subject, text, html = self._parts(rcpt, unsubscribe)
         except TemplateProblem as exc:
             raise TemplateProblem(f"rendering for {rcpt.email}: {exc}") from exc
-        to = email.utils.formataddr((_one_line(rcpt.name), rcpt.email), charset="utf-8")
+        to = _to_header(rcpt.name, rcpt.email)
         head = [f"From: {self.from_header}"]
         if self.reply_to_header:
             head.append(f"Reply-To: {self.reply_to_header}")
