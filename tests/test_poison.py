@@ -18,9 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from senddock.campaigns import status
 from senddock.testing import Catcher
+from senddock.web import auth
 from support import Conn, jobs, send_campaign, unfinished, wait_until, worker_env
+from web_support import make_token, start_server
 
 POISON = "poison@example.org"
 ORDINARY = [f"user{i}@example.org" for i in range(1000)]
@@ -71,6 +75,37 @@ def test_a_job_that_kills_its_worker_fails_alone_and_everyone_else_is_sent_once(
     assert st["status"] == "sent"
     assert st["worker_deaths"] == 3 and "SIGKILL" in str(st["last_worker_death"])
     assert len(re.findall(r"exited|killed by SIGKILL", logged)) >= 3
+    _deaths_shown_on_every_surface(conn, db_url, cid)
+
+
+def _deaths_shown_on_every_surface(conn: Conn, db_url: str, cid: int) -> None:
+    """The dashboard's campaign and workers pages and /metrics show the deaths and why."""
+    auth.create_admin(conn, "admin@example.org", "correct horse battery staple")
+    token = make_token(db_url)
+    with start_server(db_url, "smtp://127.0.0.1:1", workers=False) as server:
+        metrics = server.client(token).get("/metrics").text
+        assert re.search(r"^senddock_worker_deaths_total 3\.0$", metrics, re.M), metrics
+        assert re.search(
+            r'^senddock_worker_last_death_timestamp_seconds\{reason="[^"]*SIGKILL', metrics, re.M
+        )
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            page = http.get("/login").text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+            assert csrf
+            http.post(
+                "/login",
+                data={
+                    "csrf": csrf.group(1),
+                    "email": "admin@example.org",
+                    "password": "correct horse battery staple",
+                    "next": "/",
+                },
+            )
+            campaign = http.get(f"/campaigns/{cid}").text
+            assert re.search(r'data-field="worker_deaths">3<', campaign), campaign
+            assert "killed by SIGKILL" in campaign
+            workers = http.get("/workers").text
+            assert 'data-deaths="3"' in workers and workers.count("killed by SIGKILL") == 3
 
 
 def test_the_supervisor_replaces_a_child_that_stops_heartbeating(

@@ -15,7 +15,12 @@ import psycopg
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 from psycopg_pool import PoolTimeout
 
@@ -53,6 +58,14 @@ WORKERS = """
 SELECT count(*) FILTER (WHERE heartbeat_at > now() - make_interval(secs => %s)) AS live,
        count(*) AS registered
 FROM workers
+"""
+# Worker processes found dead (delivery/rescuer.py), and the latest one's time and reason.
+DEATHS = """
+SELECT (SELECT count(*) FROM worker_deaths) AS n,
+       extract(epoch FROM d.found_at)::float AS at, d.reason
+FROM (SELECT 1) one LEFT JOIN LATERAL (
+    SELECT found_at, reason FROM worker_deaths ORDER BY found_at DESC, id DESC LIMIT 1
+) d ON true
 """
 
 
@@ -118,6 +131,22 @@ class QueueCollector(Collector):
         yield GaugeMetricFamily(
             "senddock_workers_registered", "Registered worker rows", value=float(w["registered"])
         )
+
+        d = c.execute(DEATHS).fetchone()
+        assert d is not None
+        yield CounterMetricFamily(
+            "senddock_worker_deaths",
+            "Worker processes found dead (killed, crashed, or silent past the lease)",
+            value=float(d["n"]),
+        )
+        last = GaugeMetricFamily(
+            "senddock_worker_last_death_timestamp_seconds",
+            "When the latest worker death was found (Unix time), labelled with its reason",
+            labels=["reason"],
+        )
+        if d["at"] is not None:
+            last.add_metric([str(d["reason"])[:200]], float(d["at"]))
+        yield last
 
 
 def scrape(request: Request) -> bytes:

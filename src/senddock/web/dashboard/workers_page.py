@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.delivery.rescuer import list_workers
+from senddock.delivery.rescuer import deaths, list_workers
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.live import worker_row
 from senddock.web.dashboard.views import db, render
@@ -19,4 +19,5 @@ def workers(request: Request) -> Response:
     lease = float(request.app.state.settings.lease_seconds)
     with db(request) as conn:
         rows = [worker_row(r, lease) for r in list_workers(conn)]
-    return render(request, "workers.html", title="Workers", workers=rows, lease=lease)
+        died = deaths(conn, limit=20)
+    return render(request, "workers.html", title="Workers", workers=rows, lease=lease, deaths=died)
