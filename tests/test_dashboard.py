@@ -197,7 +197,7 @@ def test_campaign_streams_push_exact_counts(server: Server, conn: Conn) -> None:
         name, one = first_event(http, f"/events/campaigns/{cid}")
         assert name == "campaign"
         assert (one["total"], one["sent"], one["pending"], one["percent"]) == (3, 1, 2, 33)
-        assert one["rate"] == 1
+        assert one["rate"] == 12  # 1 sent just now: over the shortest span, 5 s
         assert one["chart"].startswith("<svg") and "1 sent" in one["chart"]
 
 
@@ -317,3 +317,29 @@ def test_workers_page_lists_the_serving_worker(db_url: str, admin: int, catcher:
             assert [w["health"] for w in data["workers"]] == ["live"]
     finally:
         srv.stop()
+
+
+def test_the_rate_is_averaged_over_the_time_sending_took_not_a_whole_minute(
+    server: Server, conn: Conn
+) -> None:
+    """10 s into a 1,200/min send: 200 sent over the last 10 s (database clock) is 1,200/min,
+    where a fixed minute window showed 200."""
+    cid, bid = send_campaign(conn, "news", [f"r{i:03}@example.org" for i in range(300)])
+    conn.execute(
+        "UPDATE broadcasts SET created_at = now() - interval '11 seconds' WHERE id = %s", (bid,)
+    )
+    conn.execute(
+        "UPDATE broadcast_jobs j SET status = 'sent',"
+        " sent_at = now() - interval '10 seconds' + n.k * interval '50 milliseconds'"
+        " FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM broadcast_jobs"
+        "       WHERE broadcast_id = %s ORDER BY id LIMIT 200) n"
+        " WHERE j.id = n.id",
+        (bid,),
+    )
+    with logged_in(server) as (http, _):
+        _, state = first_event(http, f"/events/campaigns/{cid}")
+        assert state["sent"] == 200
+        assert 1150 <= state["rate"] <= 1200, state["rate"]
+        page = http.get(f"/campaigns/{cid}").text
+        shown = re.search(r'data-field="rate">(\d+)<', page)
+        assert shown and 1150 <= int(shown.group(1)) <= 1200, page
