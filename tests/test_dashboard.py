@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from html.parser import HTMLParser
 from typing import Any
 
 import httpx
@@ -343,3 +344,76 @@ def test_the_rate_is_averaged_over_the_time_sending_took_not_a_whole_minute(
         page = http.get(f"/campaigns/{cid}").text
         shown = re.search(r'data-field="rate">(\d+)<', page)
         assert shown and 1150 <= int(shown.group(1)) <= 1200, page
+
+
+VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())  # noqa: SIM905
+
+
+class _Switched(HTMLParser):
+    """The elements of a page that show for some statuses only (data-when): their text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[str, tuple[bool, str]] = {}
+        self._open: list[tuple[str, bool, list[str]] | None] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in VOID:
+            return
+        a = dict(attrs)
+        when = a.get("data-when")
+        self._open.append((when, "hidden" in a, []) if when and tag != "form" else None)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in VOID:
+            return
+        top = self._open.pop()
+        if top is not None:
+            self.found[top[0]] = (top[1], "".join(top[2]).strip())
+
+    def handle_data(self, data: str) -> None:
+        for element in self._open:
+            if element is not None:
+                element[2].append(data)
+
+
+def shown(page: str) -> dict[str, tuple[bool, str]]:
+    """{data-when statuses: (hidden, text)} of the non-form elements of `page`."""
+    parser = _Switched()
+    parser.feed(page)
+    return parser.found
+
+
+def test_a_cancelled_campaign_shows_cancelled_with_its_counts_not_100_percent_done(
+    server: Server, conn: Conn
+) -> None:
+    """25 recipients, 8 sent, then cancelled: the 17 cancelled jobs are final, and the page
+    used to say "100 % done · 25 of 25" under a full green bar."""
+    cid, bid = send_campaign(conn, "news", [f"r{i:02}@example.org" for i in range(25)])
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sent', sent_at = now() WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT 8)",
+        (bid,),
+    )
+    with logged_in(server) as (http, token):
+        http.post(f"/campaigns/{cid}/cancel", data={"csrf": token})
+        assert campaigns.status(conn, cid)["status"] == "cancelled"
+
+        page = http.get(f"/campaigns/{cid}").text
+        bar = re.search(r'<div class="progress" role="progressbar"[^>]*>', page)
+        assert bar, page
+        assert 'aria-valuenow="32"' in bar.group(0) and 'data-status="cancelled"' in bar.group(0)
+        lines = shown(page)
+        assert lines["cancelled"] == (False, "Cancelled · 8 sent · 17 cancelled of 25")
+        assert lines["draft sending paused sent"][0] is True  # the "% done" line is hidden
+
+        listing = http.get("/").text
+        row = re.search(rf'<tr data-campaign="{cid}">(.*?)</tr>', listing, re.S)
+        assert row, listing
+        assert 'aria-valuenow="32" data-field="percent" data-status="cancelled"' in row.group(1)
+        cells = shown(row.group(1))
+        assert cells["cancelled"] == (False, "32 % sent · 17 cancelled")
+        assert cells["draft sending paused sent"][0] is True
+
+        _, data = first_event(http, "/events/campaigns")
+        assert (data["campaigns"][0]["percent"], data["campaigns"][0]["cancelled"]) == (32, 17)

@@ -77,11 +77,15 @@ ORDER BY lower(email) LIMIT %(limit)s OFFSET %(offset)s
 
 
 def progress(counts: dict[str, Any], status: str) -> dict[str, Any]:
-    """Counts plus `done` (jobs in a final state) and `percent` (whole, 100 only when all are)."""
+    """Counts plus `done` (jobs in a final state) and `percent` (whole, 100 only when all are).
+
+    Of a cancelled campaign, `percent` is the share that went out (sent or failed) before the
+    cancel: its cancelled jobs are final, but a bar full of them read as "100 % done"."""
     total = int(counts.get("total", 0))
-    done = int(counts.get("sent", 0)) + int(counts.get("failed", 0))
-    done += int(counts.get("cancelled", 0))
-    percent = done * 100 // total if total else (100 if status == "sent" else 0)
+    went = int(counts.get("sent", 0)) + int(counts.get("failed", 0))
+    done = went + int(counts.get("cancelled", 0))
+    shown = went if status == "cancelled" else done
+    percent = shown * 100 // total if total else (100 if status == "sent" else 0)
     return {**counts, "done": done, "percent": percent}
 
 
