@@ -1,5 +1,5 @@
-"""The API's description over real HTTP: /openapi.json, /docs and /redoc need what the API
-needs (a token or a dashboard session), and the two pages load nothing from another host."""
+"""The API's description over real HTTP: /openapi.json and /docs need what the API needs (a
+token or a dashboard session), and /docs loads nothing from another host; /redoc is gone."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from senddock.web import auth
 from support import Conn
 from test_dashboard import EMAIL, PASSWORD, client, logged_in
 from web_support import Server, make_token, start_server
-
-PAGES = ("/docs", "/redoc")
 
 
 @pytest.fixture
@@ -38,11 +36,9 @@ def test_the_schema_and_the_docs_pages_are_refused_without_credentials(server: S
             assert r.status_code == 401, (headers, r.text)
             assert r.json()["error"]["field"] is None
             assert "/api/v1" not in r.text
-        for path in PAGES:
-            r = http.get(path)  # a browser without a session: to the login form and back
-            assert (r.status_code, r.headers["location"]) == (303, f"/login?next={path}")
-            r = http.get(path, headers={"Authorization": "Bearer sdk_wrong"})
-            assert r.status_code == 401, path
+        r = http.get("/docs")  # a browser without a session: to the login form and back
+        assert (r.status_code, r.headers["location"]) == (303, "/login?next=/docs")
+        assert http.get("/docs", headers={"Authorization": "Bearer sdk_wrong"}).status_code == 401
 
 
 def test_a_token_or_a_session_gets_the_schema_and_pages_with_local_files_only(
@@ -55,15 +51,13 @@ def test_a_token_or_a_session_gets_the_schema_and_pages_with_local_files_only(
             assert spec.status_code == 200, spec.text
             assert spec.json()["info"]["title"] == "SendDock"
             assert "/api/v1/campaigns/{campaign_id}" in spec.json()["paths"]
-            for path in PAGES:
-                page = http.get(path)
-                assert page.status_code == 200, (path, page.text)
-                assert "/openapi.json" in page.text
-                urls = references(page.text)
-                assert urls, page.text
-                for url in urls:
-                    # Same origin only: a path on this server, never another host.
-                    assert url.startswith("/") and not url.startswith("//"), (path, url)
-                    assert http.get(url).status_code == 200, url
-        assert "swagger-ui-bundle.js" in by_token.get("/docs").text
-        assert "redoc.standalone.js" in by_token.get("/redoc").text
+            page = http.get("/docs")
+            assert page.status_code == 200, page.text
+            assert "/openapi.json" in page.text and "swagger-ui-bundle.js" in page.text
+            urls = references(page.text)
+            assert urls, page.text
+            for url in urls:
+                # Same origin only: a path on this server, never another host.
+                assert url.startswith("/") and not url.startswith("//"), url
+                assert http.get(url).status_code == 200, url
+            assert http.get("/redoc").status_code == 404

@@ -9,7 +9,7 @@ A GET never changes anything (mail scanners follow links). A token whose signatu
 check is refused with 400 and changes nothing.
 
 /healthz and /readyz need no credentials; /api/v1, /metrics and the API's description
-(/openapi.json, /docs, /redoc: web/docs.py) need an API token (or a dashboard session); the
+(/openapi.json, /docs: web/docs.py) need an API token (or a dashboard session); the
 dashboard pages need a login.
 """
 
@@ -262,7 +262,7 @@ def create_app(
         version="1",
         summary="Self-hosted email broadcasts: subscribers, lists, campaigns and their queue.",
         lifespan=lifespan,
-        openapi_url=None,  # docs.install serves these three behind the API's auth
+        openapi_url=None,  # docs.install serves the first two behind the API's auth
         docs_url=None,
         redoc_url=None,
     )

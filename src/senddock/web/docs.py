@@ -1,18 +1,19 @@
-"""The API's description, for the people allowed to use the API: /openapi.json, /docs (Swagger
-UI) and /redoc need a dashboard session or an API token, like /api/v1 itself.
+"""The API's description, for the people allowed to use the API: /openapi.json and /docs
+(Swagger UI) need a dashboard session or an API token, like /api/v1 itself.
 
-/openapi.json answers 401 without one (API style); the two pages send a browser without
-credentials to /login and back. Their scripts and styles come from this server (the files
-fastapi-offline ships, pinned in pyproject.toml), never from a CDN: the pages work offline,
-and the dashboard's origin runs no script that we did not pin.
+/openapi.json answers 401 without one (API style); /docs sends a browser without credentials
+to /login and back. Its script and style come from this server (the files fastapi-offline
+ships, pinned in pyproject.toml), never from a CDN: the page works offline, and the
+dashboard's origin runs no script that we did not pin. No /redoc: Redoc fetches its logo from
+cdn.redoc.ly, with no option to stop it.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from senddock.web import auth
@@ -48,44 +49,22 @@ def swagger_ui(request: Request) -> Response:
     no = refused(request)
     if no is not None:
         return no
-    return _no_store(
-        get_swagger_ui_html(
-            openapi_url=SCHEMA,
-            title=f"{request.app.title} API",
-            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon.png",
-            swagger_ui_parameters=SWAGGER_PARAMETERS,
-        )
+    page = get_swagger_ui_html(
+        openapi_url=SCHEMA,
+        title=f"{request.app.title} API",
+        swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{ASSETS}/favicon.png",
+        swagger_ui_parameters=SWAGGER_PARAMETERS,
     )
-
-
-@router.get("/redoc")
-def redoc(request: Request) -> Response:
-    """Redoc over /openapi.json, without Google Fonts."""
-    no = refused(request)
-    if no is not None:
-        return no
-    return _no_store(
-        get_redoc_html(
-            openapi_url=SCHEMA,
-            title=f"{request.app.title} API",
-            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
-            redoc_favicon_url=f"{ASSETS}/favicon.png",
-            with_google_fonts=False,
-        )
-    )
-
-
-def _no_store(page: HTMLResponse) -> HTMLResponse:
     page.headers["Cache-Control"] = "no-store"  # a page for the signed-in only
     return page
 
 
 def install(app: FastAPI) -> None:
-    """The three routes and the files of the two pages (public: they are the libraries' own
-    code and hold nothing of ours). The app must be made with openapi_url=None, docs_url=None
-    and redoc_url=None, so that FastAPI's own public routes are not there too."""
+    """The two routes and the files of the page (public: they are the library's own code and
+    hold nothing of ours). The app must be made with openapi_url=None, docs_url=None and
+    redoc_url=None, so that FastAPI's own public routes are not there too."""
     assert app.openapi_url is None and app.docs_url is None and app.redoc_url is None
     app.include_router(router)
     app.mount(ASSETS, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
