@@ -4,8 +4,8 @@
 /openapi.json answers 401 without one (API style); /docs sends a browser without credentials
 to /login and back. Its script and style come from this server (the files fastapi-offline
 ships, pinned in pyproject.toml), never from a CDN: the page works offline, and the
-dashboard's origin runs no script that we did not pin. No /redoc: Redoc fetches its logo from
-cdn.redoc.ly, with no option to stop it.
+dashboard's origin runs no script that we did not pin. No /redoc: served from local files,
+Redoc still fetched its logo from cdn.redoc.ly (seen in Chromium with other hosts blocked).
 """
 
 from __future__ import annotations
