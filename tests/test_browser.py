@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, Route, ViewportSize, sync_playwright
 
 from senddock.testing import Catcher, Fault
 from senddock.web import auth
-from support import Conn
+from support import Conn, send_campaign
 from web_support import Server, start_server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -138,3 +138,119 @@ def test_browser_signs_in_imports_sends_and_watches_progress_reach_100(
     assert slow_catcher.delivered_once(PEOPLE), slow_catcher.duplicates()
     assert sorted(r.rcpt for r in slow_catcher.received()) == PEOPLE
     assert problems == []
+
+
+# -- a phone, a cancelled campaign and the API docs, on rows set directly (no workers) -------
+
+LONG_REPLY = (
+    "Requested action not taken: mailbox unavailable; the recipient's server says that "
+    "this address has been disabled for inactivity and asks the sender to remove it from "
+    "every list and not to try again, see https://support.example.net/postmaster/5.1.1 "
+)
+PHONE: ViewportSize = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def still_server(db_url: str, conn: Conn) -> Iterator[Server]:
+    """The dashboard without workers: rows stay as a test sets them."""
+    auth.create_admin(conn, EMAIL, PASSWORD)
+    srv = start_server(db_url, "smtp://127.0.0.1:1", workers=False)
+    yield srv
+    srv.stop()
+    print(srv.text())
+
+
+def sign_in(page: Page, server: Server, path: str) -> None:
+    """Open `path`, which lands on the login form, and sign in: back on `path`."""
+    page.goto(server.url + path)
+    page.get_by_label("Email").fill(EMAIL)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(server.url + path)
+
+
+def test_on_a_phone_a_recipient_row_with_a_long_reply_stays_one_or_two_lines(
+    chromium_path: str, still_server: Server, conn: Conn
+) -> None:
+    """The reply is cut with an ellipsis (whole in its title; a tap shows it all): with
+    `overflow-wrap: anywhere` the row was ~260 px tall at 390 px wide."""
+    cid, bid = send_campaign(conn, "news", ["ada@example.org", "bob@example.org"])
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'failed', failure = 'bounced', attempts = 1,"
+        " last_code = 550, last_enhanced = '5.1.1', last_reply = %s WHERE broadcast_id = %s",
+        (LONG_REPLY, bid),
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path)
+        page = browser.new_page(viewport=PHONE)
+        page.set_default_timeout(20_000)
+        sign_in(page, still_server, f"/campaigns/{cid}")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "recipients-phone.png"), full_page=True)
+        row = page.locator("section[aria-label=Recipients] tbody tr").first
+        height = row.bounding_box()["height"]  # type: ignore[index]
+        assert height < 80, f"a recipient row is {height:.0f} px tall on a phone"
+        clip = row.locator("td.reply .clip")
+        title = clip.get_attribute("title")
+        clip.click()  # a tap: the whole reply
+        opened = row.bounding_box()["height"]  # type: ignore[index]
+        wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        browser.close()
+    assert title == f"550 5.1.1 {LONG_REPLY}".strip()
+    assert opened > height
+    assert wide <= 0, f"the page is {wide}px wider than a phone screen"
+
+
+def test_a_cancelled_campaign_shows_a_grey_bar_and_its_counts(
+    chromium_path: str, still_server: Server, conn: Conn
+) -> None:
+    cid, bid = send_campaign(conn, "news", [f"r{i:02}@example.org" for i in range(25)])
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sent', sent_at = now() WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT 8)",
+        (bid,),
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path)
+        page = browser.new_page(viewport={"width": 1200, "height": 1000})
+        page.set_default_timeout(20_000)
+        page.on("dialog", lambda dialog: dialog.accept())
+        sign_in(page, still_server, f"/campaigns/{cid}")
+        page.get_by_role("button", name="Cancel").click()
+        page.wait_for_selector(".campaign .badge[data-status=cancelled]")
+        line = page.locator(".progress-block .big:visible").inner_text()
+        fill = page.eval_on_selector(f"{BAR} > span", "e => getComputedStyle(e).backgroundColor")
+        done = page.eval_on_selector(":root", "e => getComputedStyle(e).getPropertyValue('--ok')")
+        page.goto(still_server.url + "/")
+        listed = page.locator(f"[data-campaign='{cid}'] .bar-cell .sub:visible").inner_text()
+        browser.close()
+    assert line == "Cancelled · 8 sent · 17 cancelled of 25"
+    assert fill != "rgb(31, 122, 77)" and done.strip() == "#1f7a4d", fill  # not done green
+    assert listed == "32 % sent · 17 cancelled"
+
+
+def test_the_api_docs_page_renders_with_no_request_to_another_host(
+    chromium_path: str, still_server: Server
+) -> None:
+    """Swagger UI in a browser that may reach only this server draws the SendDock API from
+    the files this server serves."""
+    elsewhere: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path)
+        context = browser.new_context()
+
+        def only_here(route: Route) -> None:
+            if route.request.url.startswith(still_server.url + "/"):
+                route.continue_()
+            else:
+                elsewhere.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", only_here)
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        sign_in(page, still_server, "/docs")
+        page.locator(".swagger-ui .info .title", has_text="SendDock").wait_for()
+        page.locator(".opblock", has_text="/api/v1/campaigns").first.wait_for()
+        browser.close()
+    assert elsewhere == []

@@ -8,8 +8,9 @@ POST /confirm/TOKEN      confirms the membership.
 A GET never changes anything (mail scanners follow links). A token whose signature does not
 check is refused with 400 and changes nothing.
 
-/healthz and /readyz need no credentials; /api/v1 and /metrics need an API token (or a
-dashboard session); the dashboard pages need a login.
+/healthz and /readyz need no credentials; /api/v1, /metrics and the API's description
+(/openapi.json, /docs: web/docs.py) need an API token (or a dashboard session); the
+dashboard pages need a login.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
-from senddock.web import api, auth, dashboard, errors, metrics
+from senddock.web import api, auth, dashboard, docs, errors, metrics
 
 log = logging.getLogger("senddock.web")
 
@@ -261,6 +262,9 @@ def create_app(
         version="1",
         summary="Self-hosted email broadcasts: subscribers, lists, campaigns and their queue.",
         lifespan=lifespan,
+        openapi_url=None,  # docs.install serves the first two behind the API's auth
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.pool = pool
     app.state.database_url = database_url
@@ -288,6 +292,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(api.router)
     app.include_router(dashboard.router)
+    docs.install(app)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -25,6 +25,9 @@
       if (el.hasAttribute("data-hide-empty")) el.hidden = !value;
     });
     if ("status" in data) {
+      scope.querySelectorAll("[role=progressbar][data-status]").forEach(function (el) {
+        el.setAttribute("data-status", String(data.status));
+      });
       scope.querySelectorAll("[data-when]").forEach(function (el) {
         var needs = el.getAttribute("data-needs");
         el.hidden = el.getAttribute("data-when").split(" ").indexOf(data.status) < 0 ||
