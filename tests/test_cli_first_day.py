@@ -7,26 +7,86 @@ Real processes against the test database (or an embedded Postgres of the test's 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from senddock.db.embedded import pg_ctl
-from support import senddock, worker_env
+from support import senddock, wait_until, worker_env
+from web_support import free_port
 
 NO_SMTP = "smtp://127.0.0.1:9?tls=none"
 HANDLE_FILE = ".handle_pids.json"  # pgserver's list of the processes using a server
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *mentions: str) -> str:
+    assert proc.returncode != 0, f"expected a failure, got exit 0\nstdout: {proc.stdout}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in mentions:
+        assert word.lower() in lines[0].lower(), f"{word!r} not in {lines[0]!r}"
+    return lines[0]
 
 
 def env_without(env: dict[str, str], *names: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in names}
 
 
+def startup_block(stderr: str) -> str:
+    start = stderr.index("starting")
+    return stderr[start:]
+
+
 # -- 1. what worker and serve say at start -------------------------------------------------
+
+
+def test_worker_says_its_relays_limits_senders_database_and_public_url_never_a_password(
+    db_url: str,
+) -> None:
+    smtp = "smtp://ada:s3cret-smtp@127.0.0.1:9?tls=none&per_second=7&per_hour=900"
+    url = db_url + ("&" if "?" in db_url else "?") + "password=s3cret-db"
+    env = env_without(worker_env(url, smtp), "SENDDOCK_PUBLIC_URL")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "senddock", "worker", "--processes", "1", "--concurrency", "3"],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert wait_until(lambda: "SENDDOCK_PUBLIC_URL" in "".join(lines), timeout=30), lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        reader.join(10)
+    said = "".join(lines)
+    assert "s3cret" not in said, said
+    assert "senddock worker: starting" in said
+    assert re.search(r"relay\s+smtp://ada@127\.0\.0\.1:9 tls=none, at most 7/s 900/h", said), said
+    assert "(password hidden)" in said
+    assert "3 SMTP sessions in each of 1 process" in said
+    assert re.search(r"database\s+postgresql://.*password=\*\*\*", said), said
+    assert "public URL  http://127.0.0.1:8025" in said
+    assert "SENDDOCK_PUBLIC_URL is not set" in said
+    assert "SENDDOCK_SMTP_URL is not set" not in said
 
 
 # -- 3. SIGTERM stops the embedded Postgres; dead handles are forgotten ---------------------
@@ -61,6 +121,49 @@ def handles(data_dir: Path) -> list[int]:
     return list(json.loads(path.read_text() or "[]")) if path.exists() else []
 
 
+def test_serve_stopped_by_sigterm_stops_its_embedded_postgres_and_forgets_its_pid(
+    data_dir: Path,
+) -> None:
+    env = embedded_env(data_dir)
+    migrated = senddock(env, "migrate", timeout=120)
+    assert migrated.returncode == 0, migrated.stderr
+    assert not postmaster_running(data_dir), "migrate left its Postgres running"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "senddock", "serve", "--no-workers", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        assert wait_until(up, timeout=60) and proc.poll() is None
+        assert postmaster_running(data_dir)
+        assert handles(data_dir) == [proc.pid]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    block = startup_block(err)
+    assert f"embedded Postgres in {data_dir}/pgdata" in block
+    assert "relay       smtp://127.0.0.1:25 tls=none" in block  # the defaults, each warned of
+    assert "SENDDOCK_SMTP_URL is not set" in block
+    assert "SENDDOCK_PUBLIC_URL is not set" in block
+    assert not postmaster_running(data_dir), "SIGTERM left the embedded Postgres running"
+    assert proc.pid not in handles(data_dir)
+
+
 def test_a_dead_process_left_in_the_handle_file_does_not_keep_postgres_running(
     data_dir: Path,
 ) -> None:
@@ -78,7 +181,27 @@ def test_a_dead_process_left_in_the_handle_file_does_not_keep_postgres_running(
 # -- 2. -v shows tracebacks ---------------------------------------------------------------
 
 
+def test_verbose_shows_the_traceback_behind_a_one_line_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    env = env_without(
+        worker_env("", NO_SMTP, SENDDOCK_DATA_DIR=str(not_a_dir)), "SENDDOCK_DATABASE_URL"
+    )
+    quiet = senddock(env, "migrate")
+    one_line_error(quiet, "embedded database")
+    loud = senddock(env, "-v", "migrate")
+    assert loud.returncode != 0
+    assert "Traceback (most recent call last)" in loud.stderr, loud.stderr
+    assert loud.stderr.strip().splitlines()[-1] == quiet.stderr.strip()
+
+
 # -- 4. --version, help for every option, settings in --help -------------------------------
+
+
+def test_version_prints_the_installed_version() -> None:
+    done = senddock(worker_env("", NO_SMTP), "--version")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"senddock, version \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout
 
 
 # -- 5. tokens and admins -------------------------------------------------------------------

@@ -9,18 +9,20 @@ import email.policy
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
 import psycopg
 from pydantic import ValidationError
 
-from senddock import audience, campaigns
+from senddock import audience, campaigns, config
 from senddock.audience import lists as lists_api
 from senddock.audience import optin, suppressions
 from senddock.audience import subscribers as subscribers_api
@@ -32,8 +34,11 @@ from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
+from senddock.db.connect import default_data_dir
 from senddock.db.migrate import MigrationError
 from senddock.messages import HeaderError, LinkSettings, TemplateProblem
+
+log = logging.getLogger("senddock")
 
 EXPECTED = (
     campaigns.CampaignError,
@@ -115,6 +120,8 @@ def current_database(s: Settings) -> str:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
     except MigrationError as exc:
         raise Fail(str(exc)) from exc
+    except Exception as exc:  # the embedded server failed to start
+        raise Fail(f"cannot start the embedded database: {_first_line(exc)}") from exc
     return url
 
 
@@ -132,18 +139,92 @@ def _read(path: str | None, what: str) -> str | None:
         raise Fail(f"cannot read {what} {path}: {exc}") from exc
 
 
-@click.group()
-@click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")
-def cli(verbose: bool) -> None:
-    """SendDock: email broadcasts that survive the process dying at any moment."""
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 row`, `2 rows`: a count with its noun (`many` when the plural is not word + s)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def epilog(*names: str) -> str:
+    """The --help epilog naming the settings a command reads."""
+    return "Settings (environment): " + ", ".join(f"SENDDOCK_{n}" for n in names) + "."
+
+
+# The settings each command reads (its --help lists them). See config.py and messages/links.py.
+DB = ("DATABASE_URL", "DATA_DIR")
+SENDING = ("SMTP_URL", "SMTP_TIMEOUT", "RETRY_SCHEDULE")
+LINKS = ("PUBLIC_URL", "SECRET_KEY", "UNSUBSCRIBE_MAILTO")
+WORKER = (
+    *DB,
+    *SENDING,
+    *LINKS,
+    "HEARTBEAT_INTERVAL",
+    "LEASE_SECONDS",
+    "SENDER_FAULT_LIMIT",
+    "JOB_SENDER_FAULT_LIMIT",
+    "CLAIM_BATCH",
+    "RETENTION_DAYS",
+    "ENQUEUE_CHUNK",
+)
+WEB = ("SESSION_SECRET", "COOKIE_SECURE")
+DEMO_EPILOG = (
+    "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
+    " instead of the demo's own embedded Postgres and SMTP catcher."
+)
+
+
+def startup_block(command: str, s: Settings, links: LinkSettings, senders: str) -> str:
+    """What a long-running command is about to use, for stderr: relays, limits, senders,
+    database and public URL, with a warning for each setting left at a default that only
+    suits a test machine. Passwords are never shown."""
+    rows = config.describe(s)
+    if not s.database_url:
+        rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
+    rows += [("senders", senders), ("public URL", links.public_url)]
+    lines = [f"senddock {command}: starting"]
+    lines += [f"  {label:<12}{text}" for label, text in rows]
+    if config.defaulted(s, "smtp_url"):
+        lines.append(
+            f"  warning: SENDDOCK_SMTP_URL is not set; sending to the default {s.smtp_url}"
+        )
+    if config.defaulted(links, "public_url"):
+        lines.append(
+            "  warning: SENDDOCK_PUBLIC_URL is not set; unsubscribe links in messages point to"
+            f" {links.public_url}, which subscribers cannot reach"
+        )
+    return "\n".join(lines)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM during a command: exit as a signal would, but through Python's exit, so the
+    embedded Postgres's cleanup (atexit) still stops it and forgets this process."""
+    raise SystemExit(128 + signum)
+
+
+def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM re-raised by uvicorn once its graceful shutdown is done: a clean exit."""
+    raise SystemExit(0)
+
+
+def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose:  # our own details, tracebacks included (they are logged at DEBUG)
+        logging.getLogger("senddock").setLevel(logging.DEBUG)
 
 
-@cli.command("migrate")
+@click.group()
+@click.version_option(package_name="senddock", prog_name="senddock")
+@click.option("-v", "--verbose", is_flag=True, help="Log what SendDock does, with tracebacks.")
+def cli(verbose: bool) -> None:
+    """SendDock: email broadcasts that survive the process dying at any moment."""
+    _setup_logging(verbose)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+@cli.command("migrate", epilog=epilog(*DB))
 def migrate_cmd() -> None:
     """Create or update the database schema (idempotent; safe while workers run)."""
     with db(require_schema=False) as conn:
@@ -328,8 +409,12 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     from senddock.delivery.worker import run_worker
 
     s = settings()
+    links = _link_settings()
     url = current_database(s)
     processes = default_processes(processes)
+    each = plural(concurrency, "SMTP session")
+    senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
+    click.echo(startup_block("worker", s, links, senders), err=True)
     if processes > 1:
         sys.exit(run_processes(processes, lambda: run_worker(s, url, concurrency)))
     sys.exit(run_worker(s, url, concurrency))
@@ -722,6 +807,13 @@ def serve_cmd(
     s = settings()
     links = _link_settings()
     url = current_database(s)
+    senders = (
+        "none here (--no-workers): run `senddock worker`"
+        if no_workers
+        else f"{plural(concurrency, 'SMTP session')} in this process"
+    )
+    click.echo(startup_block("serve", s, links, senders), err=True)
+    click.echo(f"  listening   http://{host}:{port}", err=True)
     app = create_app(
         url,
         links,
@@ -730,7 +822,10 @@ def serve_cmd(
         workers=0 if no_workers else concurrency,
     )
     # uvicorn handles SIGTERM/SIGINT: the app's shutdown stops the worker, which finishes
-    # the messages in flight before the process exits.
+    # the messages in flight before the process exits. Then it restores our handlers and
+    # raises the signal again: SIGTERM must end in an exit that runs the embedded Postgres's
+    # cleanup (atexit), where its default action would kill us and leave the server running.
+    signal.signal(signal.SIGTERM, _exit_after_shutdown)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
 
 
@@ -788,10 +883,12 @@ def main() -> None:
         click.echo(f"senddock: error: {exc.format_message()} (see '{where} --help')", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        if exc.__cause__ is not None:  # shown with -v: what the one line below summarises
+            log.debug("the cause of the error below", exc_info=exc.__cause__)
         click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(exc.exit_code)
-    except Exception as exc:  # the last guard: one line, never a traceback
-        logging.getLogger("senddock").debug("unexpected error", exc_info=True)
+    except Exception as exc:  # the last guard: one line, and a traceback only with -v
+        log.debug("unexpected error", exc_info=True)
         click.echo(
             f"senddock: internal error: {_first_line(exc)} (run with -v for details)", err=True
         )
