@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from senddock.db.embedded import pg_ctl
-from support import senddock, wait_until, worker_env
+from senddock.web import auth
+from support import Conn, senddock, wait_until, worker_env
 from web_support import free_port
 
 NO_SMTP = "smtp://127.0.0.1:9?tls=none"
@@ -205,6 +206,69 @@ def test_version_prints_the_installed_version() -> None:
 
 
 # -- 5. tokens and admins -------------------------------------------------------------------
+
+
+def test_token_list_never_shows_a_token_and_revoke_refuses_it_at_once(
+    conn: Conn, db_url: str
+) -> None:
+    env = worker_env(db_url, NO_SMTP)
+    token = senddock(env, "token", "create", "--name", "ci").stdout.strip()
+    other = senddock(env, "token", "create").stdout.strip()
+    listed = senddock(env, "token", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert token not in listed.stdout and other not in listed.stdout
+    assert token.removeprefix("sdk_")[:8] not in listed.stdout
+    lines = listed.stdout.strip().splitlines()
+    assert len(lines) == 2 and "ci" in lines[0] and "last used never" in lines[0]
+    ids = [int(line.split()[1]) for line in lines]
+    done = senddock(env, "token", "revoke", str(ids[0]))
+    assert done.returncode == 0 and f"token {ids[0]} revoked" in done.stdout, done.stderr
+    assert not auth.token_ok(conn, token)
+    assert auth.token_ok(conn, other)
+    one_line_error(senddock(env, "token", "revoke", str(ids[0])), f"no API token {ids[0]}")
+
+
+def admin(env: dict[str, str], *args: str, password: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "senddock", "admin", *args],
+        env=env,
+        input=password + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_admin_list_remove_and_password_change_who_can_log_in(conn: Conn, db_url: str) -> None:
+    env = worker_env(db_url, NO_SMTP)
+    assert (
+        admin(env, "create", "--email", "ada@example.org", password="first-password").returncode
+        == 0
+    )
+    assert (
+        admin(env, "create", "--email", "bob@example.org", password="bobs-password").returncode == 0
+    )
+    listed = admin(env, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "ada@example.org" in listed.stdout and "bob@example.org" in listed.stdout
+    assert "argon2" not in listed.stdout
+
+    for empty in ("", "   ", "\t "):
+        refused = admin(env, "password", "ada@example.org", password=empty)
+        one_line_error(refused, "empty")
+    one_line_error(admin(env, "create", "--email", "c@example.org", password="    "), "empty")
+    changed = admin(env, "password", "ADA@example.org", password="second-password")
+    assert changed.returncode == 0, changed.stderr
+    assert auth.authenticate_admin(conn, "ada@example.org", "second-password") is not None
+    assert auth.authenticate_admin(conn, "ada@example.org", "first-password") is None
+    one_line_error(admin(env, "password", "nobody@example.org", password="x" * 12), "no admin")
+
+    removed = admin(env, "remove", "bob@example.org")
+    assert removed.returncode == 0 and "removed" in removed.stdout, removed.stderr
+    assert auth.authenticate_admin(conn, "bob@example.org", "bobs-password") is None
+    assert "bob@example.org" not in admin(env, "list").stdout
+    one_line_error(admin(env, "remove", "bob@example.org"), "no admin")
 
 
 # -- 6, 7, 8. counts in words, suppressed shown, imports that say what happened -------------

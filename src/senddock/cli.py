@@ -834,8 +834,8 @@ def token_group() -> None:
     """API tokens (Authorization: Bearer)."""
 
 
-@token_group.command("create")
-@click.option("--name", default="", help="What the token is for (shown nowhere else).")
+@token_group.command("create", epilog=epilog(*DB))
+@click.option("--name", default="", help="What the token is for (shown by `token list`).")
 def token_create_cmd(name: str) -> None:
     """Make an API token and print it alone; only its hash is stored, so keep it now."""
     from senddock.web import auth
@@ -844,29 +844,107 @@ def token_create_cmd(name: str) -> None:
         click.echo(auth.create_token(conn, name))
 
 
+@token_group.command("list", epilog=epilog(*DB))
+def token_list_cmd() -> None:
+    """Every API token: id, name, when made and last used (never the token itself)."""
+    from senddock.web import auth
+
+    with db() as conn:
+        rows = auth.list_tokens(conn)
+    if not rows:
+        click.echo("no API tokens (make one with `senddock token create`)")
+    for t in rows:
+        used = f"{t['last_used_at']:%Y-%m-%d %H:%M}" if t["last_used_at"] else "never"
+        click.echo(
+            f"token {t['id']}  {t['name'] or '(no name)'}"
+            f"  created {t['created_at']:%Y-%m-%d %H:%M}  last used {used}"
+        )
+
+
+@token_group.command("revoke", epilog=epilog(*DB))
+@click.argument("token_id", type=int)
+def token_revoke_cmd(token_id: int) -> None:
+    """Delete token TOKEN_ID (see `token list`): requests bearing it are refused at once."""
+    from senddock.web import auth
+
+    with db() as conn:
+        if not auth.revoke_token(conn, token_id):
+            raise Fail(f"no API token {token_id} (see `senddock token list`)")
+    click.echo(f"token {token_id} revoked")
+
+
 @cli.group("admin")
 def admin_group() -> None:
     """Dashboard logins."""
 
 
-@admin_group.command("create")
-@click.option("--email", required=True)
-def admin_create_cmd(email: str) -> None:
-    """Make a dashboard admin; the password is read from stdin (one line)."""
-    from senddock.web import auth
-
+def _new_password() -> str:
+    """A password from a hidden prompt (typed twice) or, when stdin is not a terminal, its
+    first line; empty or all-space passwords are refused."""
     if sys.stdin.isatty():
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     else:
         password = sys.stdin.readline().rstrip("\r\n")
-    if not password:
-        raise Fail("no password given on stdin")
+    if not password.strip():
+        raise Fail("no password given (empty or only spaces)")
+    return str(password)
+
+
+@admin_group.command("create", epilog=epilog(*DB))
+@click.option("--email", required=True, help="The admin's login (an email address).")
+def admin_create_cmd(email: str) -> None:
+    """Make a dashboard admin; the password is read from a prompt, or stdin (one line)."""
+    from senddock.web import auth
+
+    password = _new_password()
     with db() as conn:
         try:
             aid = auth.create_admin(conn, email, password)
         except auth.AuthError as exc:
             raise Fail(str(exc)) from exc
     click.echo(f"admin {aid} created for {email.strip()}")
+
+
+@admin_group.command("list", epilog=epilog(*DB))
+def admin_list_cmd() -> None:
+    """Every dashboard admin: id, email, when made."""
+    from senddock.web import auth
+
+    with db() as conn:
+        rows = auth.list_admins(conn)
+    if not rows:
+        click.echo("no admins (make one with `senddock admin create --email EMAIL`)")
+    for a in rows:
+        click.echo(f"admin {a['id']}  {a['email']}  created {a['created_at']:%Y-%m-%d %H:%M}")
+
+
+@admin_group.command("remove", epilog=epilog(*DB))
+@click.argument("email")
+def admin_remove_cmd(email: str) -> None:
+    """Delete the dashboard admin EMAIL (it can no longer log in)."""
+    from senddock.web import auth
+
+    with db() as conn:
+        if not auth.remove_admin(conn, email):
+            raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
+    click.echo(f"admin {email.strip()} removed")
+
+
+@admin_group.command("password", epilog=epilog(*DB))
+@click.argument("email")
+def admin_password_cmd(email: str) -> None:
+    """Set a new password for admin EMAIL, read from a prompt, or stdin (one line)."""
+    from senddock.web import auth
+
+    password = _new_password()
+    with db() as conn:
+        try:
+            found = auth.set_password(conn, email, password)
+        except auth.AuthError as exc:
+            raise Fail(str(exc)) from exc
+    if not found:
+        raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
+    click.echo(f"password of admin {email.strip()} changed")
 
 
 def main() -> None:
