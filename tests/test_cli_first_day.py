@@ -272,3 +272,65 @@ def test_admin_list_remove_and_password_change_who_can_log_in(conn: Conn, db_url
 
 
 # -- 6, 7, 8. counts in words, suppressed shown, imports that say what happened -------------
+
+
+def test_one_row_is_a_row_and_one_member_a_member(db_url: str, tmp_path: Path) -> None:
+    env = worker_env(db_url, NO_SMTP)
+    one = tmp_path / "one.csv"
+    one.write_text("email\nada@example.org\n")
+    done = senddock(env, "subscribers", "import", str(one), "--list", "news")
+    assert done.stdout.strip() == "imported 1 row into 'news': 1 subscriber; rejected 0 rows"
+    out = tmp_path / "out.csv"
+    exported = senddock(env, "subscribers", "export", "--list", "news", "-o", str(out))
+    assert exported.stdout.strip() == f"exported 1 member of 'news' to {out}"
+    supp = tmp_path / "supp.csv"
+    supp.write_text("email\nbob@example.org\n")
+    added = senddock(env, "suppressions", "import", str(supp))
+    assert added.stdout.strip() == "suppressed 1 address; 0 already were; rejected 0 rows"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("email\nnot-an-address\n")
+    nothing = senddock(env, "subscribers", "import", str(bad), "--list", "news")
+    assert nothing.returncode != 0
+    assert nothing.stderr.strip().splitlines()[-1] == (
+        f"senddock: error: imported nothing from {bad}: the only row was rejected"
+    )
+
+
+def test_show_says_a_suppressed_subscriber_is_suppressed_and_why(db_url: str) -> None:
+    env = worker_env(db_url, NO_SMTP)
+    assert senddock(env, "subscribers", "add", "ada@example.org", "--list", "news").returncode == 0
+    assert senddock(env, "suppressions", "add", "ada@example.org").returncode == 0
+    shown = senddock(env, "subscribers", "show", "ada@example.org")
+    assert shown.returncode == 0, shown.stderr
+    first = shown.stdout.splitlines()[0]
+    assert "suppressed (manual)" in first and "active" not in first, shown.stdout
+
+
+def test_import_counts_subscribers_apart_from_rows_merged_by_case(
+    conn: Conn, db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "list.csv"
+    rows = [f"user{i}@example.org" for i in range(991)] + ["USER7@Example.org"]
+    path.write_text("email\n" + "\n".join(rows) + "\n")
+    done = senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(path), "--list", "n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "imported 992 rows into 'n': 991 subscribers, 1 duplicate row merged; rejected 0 rows"
+    )
+    counted = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
+    assert counted == {"n": 991}
+
+
+def test_a_semicolon_delimited_csv_gets_a_hint_not_just_no_email_column(
+    db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_text("Email;Name\nada@example.org;Ada\n")
+    done = senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(path), "--list", "n")
+    one_line_error(done, "no 'email' column", "looks ';'-delimited", "comma-separated")
+    plain = tmp_path / "plain.csv"
+    plain.write_text("name\nAda\n")
+    line = one_line_error(
+        senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(plain), "--list", "n")
+    )
+    assert line.endswith("the header row has no 'email' column"), line

@@ -252,9 +252,15 @@ def import_cmd(file: Path, list_name: str) -> None:
     with db() as conn:
         report = audience.import_csv(conn, file, list_name, on_reject=rejected)
     if report.rejected_count and not report.imported:
-        raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
+        every = "the only row was" if report.rejected_count == 1 else "all {n} rows were"
+        raise Fail(
+            f"imported nothing from {file}: {every.format(n=report.rejected_count)} rejected"
+        )
+    merged = f", {plural(report.merged, 'duplicate row')} merged" if report.merged else ""
     click.echo(
-        f"imported {report.imported} rows into {list_name!r}; rejected {report.rejected_count}"
+        f"imported {plural(report.imported, 'row')} into {list_name!r}:"
+        f" {plural(report.addresses, 'subscriber')}{merged};"
+        f" rejected {plural(report.rejected_count, 'row')}"
     )
 
 
@@ -384,7 +390,7 @@ def workers_cmd(as_json: bool) -> None:
     for w in rows:
         click.echo(
             f"worker {w['id']}  {w['host']} pid {w['pid']}  senders {w['concurrency']}"
-            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {w['holding']} jobs"
+            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {plural(w['holding'], 'job')}"
             + ("  (stopping)" if w["stopping"] else "")
         )
 
@@ -512,7 +518,7 @@ def export_cmd(list_name: str, output: Path | None) -> None:
             with output.open("w", newline="", encoding="utf-8") as handle:
                 n = export_list(conn, list_name, handle)
     if output is not None:
-        click.echo(f"exported {n} members of {list_name!r} to {output}")
+        click.echo(f"exported {plural(n, 'member')} of {list_name!r} to {output}")
 
 
 @cli.group("suppressions")
@@ -568,8 +574,9 @@ def suppressions_import_cmd(file: Path, reason: str) -> None:
     for line, why in report.rejected:
         click.echo(f"{file}:{line}: rejected: {why}", err=True)
     click.echo(
-        f"suppressed {report.added} addresses; {report.already} already were;"
-        f" rejected {len(report.rejected)}"
+        f"suppressed {plural(report.added, 'address', 'addresses')};"
+        f" {report.already} already {'was' if report.already == 1 else 'were'};"
+        f" rejected {plural(len(report.rejected), 'row')}"
     )
 
 
@@ -717,13 +724,19 @@ def subscribers_show_cmd(address: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, default=str))
         return
-    click.echo(f"{found['email']}  id {found['id']}  {found['status']}  name {found['name']!r}")
+    sup = found["suppressed"]
+    # Suppressed outranks the stored status: no broadcast sends to them, whatever it says.
+    state = f"suppressed ({sup['reason']})" if sup else found["status"]
+    click.echo(f"{found['email']}  id {found['id']}  {state}  name {found['name']!r}")
     click.echo(f"  attributes {json.dumps(found['attributes'], ensure_ascii=False)}")
     for m in found["lists"]:
         click.echo(f"  list {m['name']!r}: {m['status']}")
-    if found["suppressed"]:
-        sup = found["suppressed"]
-        click.echo(f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}")
+    if sup:
+        detail = f": {sup['detail']}" if sup["detail"] else ""
+        click.echo(
+            f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}{detail};"
+            " no broadcast sends to this address (`suppressions remove` to undo)"
+        )
     for j in found["messages"]:
         state = j["status"] + (f"/{j['failure']}" if j["failure"] else "")
         click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
