@@ -17,9 +17,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import httpx
 import pytest
 
+from senddock.cli import cli
 from senddock.db.embedded import pg_ctl
 from senddock.web import auth
 from support import Conn, senddock, wait_until, worker_env
@@ -203,6 +205,41 @@ def test_version_prints_the_installed_version() -> None:
     done = senddock(worker_env("", NO_SMTP), "--version")
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"senddock, version \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    missing: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.help:
+                missing.append(f"{path} {'/'.join(param.opts)}")
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "senddock")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("command", "settings"),
+    [
+        (("worker",), ("SMTP_URL", "DATABASE_URL", "RETRY_SCHEDULE", "PUBLIC_URL")),
+        (("serve",), ("SMTP_URL", "DATABASE_URL", "PUBLIC_URL", "SESSION_SECRET")),
+        (("demo",), ("SMTP_URL", "DATABASE_URL")),
+        (("campaign", "send"), ("DATABASE_URL", "DATA_DIR")),
+        (("subscribers", "import"), ("DATABASE_URL", "DATA_DIR")),
+    ],
+)
+def test_help_names_the_settings_a_command_reads(
+    command: tuple[str, ...], settings: tuple[str, ...]
+) -> None:
+    done = senddock(worker_env("", NO_SMTP), *command, "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for name in settings:
+        assert f"SENDDOCK_{name}" in text, (name, done.stdout)
 
 
 # -- 5. tokens and admins -------------------------------------------------------------------

@@ -237,7 +237,7 @@ def subscribers() -> None:
     """Subscribers and lists."""
 
 
-@subscribers.command("import")
+@subscribers.command("import", epilog=epilog(*DB))
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--list", "list_name", required=True, help="List to add them to (created if new).")
 def import_cmd(file: Path, list_name: str) -> None:
@@ -270,14 +270,14 @@ def campaign() -> None:
 
 
 @campaign.command("create")
-@click.option("--name", required=True)
+@click.option("--name", required=True, help="What the campaign is called (never sent).")
 @click.option(
     "--list", "list_name", required=True, multiple=True, help="A list to send to (repeatable)."
 )
-@click.option("--subject", required=True)
+@click.option("--subject", required=True, help="The Subject: header.")
 @click.option("--from", "from_addr", required=True, help='e.g. "Ada <news@example.org>"')
 @click.option("--text-file", type=click.Path(), help="Text body (derived from the HTML if unset).")
-@click.option("--html-file", type=click.Path())
+@click.option("--html-file", type=click.Path(), help="HTML body.")
 @click.option("--reply-to", help='Reply-To address, e.g. "Ada <ada@example.org>".')
 @click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
 def create_cmd(
@@ -310,7 +310,7 @@ def create_cmd(
     click.echo(cid)
 
 
-@campaign.command("send")
+@campaign.command("send", epilog=epilog(*DB))
 @click.argument("campaign_id", type=int)
 def send_cmd(campaign_id: int) -> None:
     """Start the broadcast and return at once; workers enqueue the rest and send it."""
@@ -327,7 +327,7 @@ def send_cmd(campaign_id: int) -> None:
 
 @campaign.command("status")
 @click.argument("campaign_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def status_cmd(campaign_id: int, as_json: bool) -> None:
     """Exact counts, read from the queue."""
     with db() as conn:
@@ -374,8 +374,8 @@ def cancel_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id} cancelled ({n} messages will not be sent)")
 
 
-@cli.command("workers")
-@click.option("--json", "as_json", is_flag=True)
+@cli.command("workers", epilog=epilog(*DB))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def workers_cmd(as_json: bool) -> None:
     """Live workers: last heartbeat (database clock) and the jobs each holds."""
     from senddock.delivery.rescuer import list_workers
@@ -395,7 +395,7 @@ def workers_cmd(as_json: bool) -> None:
         )
 
 
-@cli.command("worker")
+@cli.command("worker", epilog=epilog(*WORKER))
 @click.option(
     "--concurrency",
     default=DEFAULT_CONCURRENCY,
@@ -426,8 +426,15 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     sys.exit(run_worker(s, url, concurrency))
 
 
-@cli.command("demo")
-@click.option("--subscribers", "count", default=3000, show_default=True, type=click.IntRange(10))
+@cli.command("demo", epilog=DEMO_EPILOG)
+@click.option(
+    "--subscribers",
+    "count",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(10),
+    help="How many made-up subscribers to send to.",
+)
 def demo_cmd(count: int) -> None:
     """Run a whole broadcast on an embedded Postgres and SMTP catcher, with a crash in it."""
     from senddock.demo import run_demo
@@ -506,9 +513,14 @@ def retry_failed_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
 
 
-@subscribers.command("export")
-@click.option("--list", "list_name", required=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+@subscribers.command("export", epilog=epilog(*DB))
+@click.option("--list", "list_name", required=True, help="The list to export.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the CSV to this file (default: stdout).",
+)
 def export_cmd(list_name: str, output: Path | None) -> None:
     """Write a list's members as CSV: email,name,status,attributes,suppressed."""
     with db() as conn:
@@ -526,8 +538,8 @@ def suppressions_group() -> None:
     """Addresses no broadcast sends to: bounced, unsubscribed, complained, or added by hand."""
 
 
-@suppressions_group.command("list")
-@click.option("--reason", type=click.Choice(suppressions.REASONS))
+@suppressions_group.command("list", epilog=epilog(*DB))
+@click.option("--reason", type=click.Choice(suppressions.REASONS), help="Only this reason.")
 def suppressions_list_cmd(reason: str | None) -> None:
     """Every suppressed address with its reason and date."""
     with db() as conn:
@@ -536,10 +548,14 @@ def suppressions_list_cmd(reason: str | None) -> None:
             click.echo(f"{r['email']}  {r['reason']}  {when}  {r['detail']}".rstrip())
 
 
-@suppressions_group.command("add")
+@suppressions_group.command("add", epilog=epilog(*DB))
 @click.argument("addresses", nargs=-1, required=True)
 @click.option(
-    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+    "--reason",
+    default="manual",
+    show_default=True,
+    type=click.Choice(suppressions.REASONS),
+    help="Why they are suppressed.",
 )
 def suppressions_add_cmd(addresses: tuple[str, ...], reason: str) -> None:
     """Suppress addresses: no broadcast sends to them, including ones already enqueued."""
@@ -549,7 +565,7 @@ def suppressions_add_cmd(addresses: tuple[str, ...], reason: str) -> None:
             click.echo(f"{a}: {'suppressed' if added else 'already suppressed'}")
 
 
-@suppressions_group.command("remove")
+@suppressions_group.command("remove", epilog=epilog(*DB))
 @click.argument("addresses", nargs=-1, required=True)
 def suppressions_remove_cmd(addresses: tuple[str, ...]) -> None:
     """Make addresses sendable again (a bounced subscriber becomes active)."""
@@ -559,10 +575,14 @@ def suppressions_remove_cmd(addresses: tuple[str, ...]) -> None:
             click.echo(f"{a}: {'removed' if gone else 'was not suppressed'}")
 
 
-@suppressions_group.command("import")
+@suppressions_group.command("import", epilog=epilog(*DB))
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+    "--reason",
+    default="manual",
+    show_default=True,
+    type=click.Choice(suppressions.REASONS),
+    help="Why they are suppressed.",
 )
 def suppressions_import_cmd(file: Path, reason: str) -> None:
     """Suppress every address of a CSV with an email column (a reason column is optional)."""
@@ -580,8 +600,8 @@ def suppressions_import_cmd(file: Path, reason: str) -> None:
     )
 
 
-@suppressions_group.command("export")
-@click.option("--reason", type=click.Choice(suppressions.REASONS))
+@suppressions_group.command("export", epilog=epilog(*DB))
+@click.option("--reason", type=click.Choice(suppressions.REASONS), help="Only this reason.")
 def suppressions_export_cmd(reason: str | None) -> None:
     """Write the suppression list as CSV (email,reason,created_at,detail) to stdout."""
     with db() as conn:
@@ -651,9 +671,9 @@ def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
         raise Fail(f"{failed} of {len(results)} test messages were not accepted")
 
 
-@subscribers.command("add")
+@subscribers.command("add", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--name", default="")
+@click.option("--name", default="", help="The subscriber's name.")
 @click.option("--attr", "attrs", multiple=True, help="KEY=VALUE; repeat for more.")
 @click.option("--attributes", "attrs_json", help="A JSON object of attributes.")
 @click.option("--list", "lists", multiple=True, help="A list to join (created if new).")
@@ -677,9 +697,9 @@ def subscribers_add_cmd(
             _request_confirmations(conn, address)
 
 
-@subscribers.command("update")
+@subscribers.command("update", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--name")
+@click.option("--name", help="A new name.")
 @click.option("--email", "new_email", help="A new address for this subscriber.")
 @click.option("--attr", "attrs", multiple=True, help="KEY=VALUE (merged); repeat for more.")
 @click.option("--attributes", "attrs_json", help="A JSON object merged in; null removes a key.")
@@ -705,7 +725,7 @@ def subscribers_update_cmd(
     click.echo(f"{address} updated")
 
 
-@subscribers.command("remove")
+@subscribers.command("remove", epilog=epilog(*DB))
 @click.argument("address")
 @click.option("--list", "list_name", help="Only leave this list.")
 def subscribers_remove_cmd(address: str, list_name: str | None) -> None:
@@ -714,9 +734,9 @@ def subscribers_remove_cmd(address: str, list_name: str | None) -> None:
         click.echo(subscribers_api.remove(conn, address, list_name))
 
 
-@subscribers.command("show")
+@subscribers.command("show", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def subscribers_show_cmd(address: str, as_json: bool) -> None:
     """A subscriber's fields, lists, suppression and latest messages."""
     with db() as conn:
@@ -747,7 +767,7 @@ def lists_group() -> None:
     """Lists and their options (double opt-in)."""
 
 
-@lists_group.command("show")
+@lists_group.command("show", epilog=epilog(*DB))
 def lists_show_cmd() -> None:
     """Every list: options and members by status."""
     with db() as conn:
@@ -759,7 +779,7 @@ def lists_show_cmd() -> None:
             )
 
 
-@lists_group.command("set")
+@lists_group.command("set", epilog=epilog(*DB))
 @click.argument("name")
 @click.option(
     "--double-opt-in/--single-opt-in",
@@ -785,9 +805,9 @@ def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: st
         click.echo(f"confirmation request for {list_name!r} sent to {address}", err=True)
 
 
-@subscribers.command("confirm")
+@subscribers.command("confirm", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--list", "list_name", required=True)
+@click.option("--list", "list_name", required=True, help="The list they confirmed.")
 def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     """Confirm a membership by hand (the person confirmed some other way)."""
     with db() as conn:
@@ -796,9 +816,15 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     click.echo(f"{address}: {'confirmed' if done else 'was not waiting for confirmation'}")
 
 
-@cli.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8025, show_default=True, type=click.IntRange(1, 65535))
+@cli.command("serve", epilog=epilog(*WORKER, *WEB))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8025,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port to listen on.",
+)
 @click.option(
     "--schedule-every",
     default=5.0,
@@ -807,7 +833,13 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     help="Seconds between scheduler passes (0: run no scheduler here).",
 )
 @click.option("--no-workers", is_flag=True, help="Send nothing here; run `senddock worker`s.")
-@click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
+@click.option(
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 500),
+    help="SMTP sessions (senders) of the worker run here.",
+)
 def serve_cmd(
     host: str, port: int, schedule_every: float, no_workers: bool, concurrency: int
 ) -> None:
