@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from senddock.cli import cli
+from senddock.config import hide_password
 from senddock.db.embedded import pg_ctl
 from senddock.web import auth
 from support import Conn, senddock, wait_until, worker_env
@@ -90,6 +91,27 @@ def test_worker_says_its_relays_limits_senders_database_and_public_url_never_a_p
     assert "public URL  http://127.0.0.1:8025" in said
     assert "SENDDOCK_PUBLIC_URL is not set" in said
     assert "SENDDOCK_SMTP_URL is not set" not in said
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://u:p%40ss@db:5432/x?sslmode=require",
+            "postgresql://u:***@db:5432/x?sslmode=require",
+        ),
+        ("postgresql://u@db/x", "postgresql://u@db/x"),
+        (
+            "postgresql:///x?host=/tmp/s&password=pw&user=u",
+            "postgresql:///x?host=/tmp/s&password=***&user=u",
+        ),
+        ("postgresql://u:p@ss@h1,h2/x", "postgresql://u:***@h1,h2/x"),
+        ("host=db password='a b' user=u", "host=db password=*** user=u"),
+        ("host=db password=pw", "host=db password=***"),
+    ],
+)
+def test_a_database_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert hide_password(url) == shown
 
 
 # -- 3. SIGTERM stops the embedded Postgres; dead handles are forgotten ---------------------

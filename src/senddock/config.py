@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from urllib.parse import SplitResult, parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -179,13 +179,13 @@ def hide_password(url: str) -> str:
     """A database URL or libpq keyword string with its password replaced by ***."""
     if "://" not in url:
         return _PASSWORD_KEYWORD.sub(r"\1***", url)
-    parts = urlsplit(url)
-    query = re.sub(r"((?:^|&)password=)[^&]*", r"\1***", parts.query)  # ?password=...
-    if parts.password is None:
-        return urlunsplit(parts._replace(query=query))
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}", query=query))
+    base, mark, query = url.partition("?")
+    query = re.sub(r"((?:^|&)password=)[^&#]*", r"\1***", query)  # ?password=...
+    netloc = urlsplit(base).netloc
+    if ":" in netloc.rpartition("@")[0]:  # user:password@host
+        user = netloc.rpartition("@")[0].partition(":")[0]
+        base = base.replace(netloc, f"{user}:***@{netloc.rpartition('@')[2]}", 1)
+    return base + mark + query
 
 
 def describe(settings: Settings) -> list[tuple[str, str]]:
