@@ -7,12 +7,14 @@ Usage: python3 dev.py COMMAND [ARGS...]
   senddock [ARGS]  run the senddock CLI from .venv
   test [ARGS]      run `python -m pytest ARGS` from .venv (in the repo root)
   lint             ruff check, ruff format --check, mypy (in the repo root)
-  sync             only create/update .venv
+  sync             only create/update .venv (with the dev tools)
   lock [ARGS]      regenerate requirements/*.lock with uv (ARGS go to uv, e.g. --upgrade)
 
-Every command but `lock` first makes sure .venv exists and matches requirements/dev.lock:
-it installs the lock with --require-hashes, then this project with `pip install --no-deps -e .`,
-and skips both while pyproject.toml and the lock files are unchanged (hash in .venv/).
+Every command but `lock` first makes sure .venv exists and holds what it needs: `demo` and
+`senddock` need requirements/main.lock (what SendDock runs on), `test`, `lint` and `sync` need
+requirements/dev.lock (main.lock's packages, same versions, plus pytest, mypy, playwright, ...).
+It installs the lock with --require-hashes, then this project with `pip install --no-deps -e .`,
+and skips both while pyproject.toml and that lock are unchanged (a hash in .venv/ per lock).
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-STAMP = VENV / ".senddock-deps.sha256"
-INPUTS = ("pyproject.toml", "requirements/main.lock", "requirements/dev.lock")
+# What each lock's install depends on, and the hash of it stored once installed. dev.lock is
+# compiled with `-c requirements/main.lock`: installing it installs main.lock's packages too.
+NEEDS = {
+    "requirements/main.lock": ("pyproject.toml", "requirements/main.lock"),
+    "requirements/dev.lock": ("pyproject.toml", "requirements/main.lock", "requirements/dev.lock"),
+}
+STAMPS = {
+    "requirements/main.lock": VENV / ".senddock-main.sha256",
+    "requirements/dev.lock": VENV / ".senddock-deps.sha256",
+}
 UV = "uv==0.13.9"
 COMPILE = ["pip", "compile", "pyproject.toml", "--universal", "--python-version", "3.11"]
 COMPILE += ["--generate-hashes", "--no-header", "--quiet"]
@@ -74,22 +84,34 @@ def pip(*args: str) -> list[str]:
     return [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", *args]
 
 
-def sync() -> None:
-    ensure_venv()
-    digest = hashlib.sha256()
-    for name in INPUTS:
+def digest(lock: str) -> str:
+    """The hash of the files an install of `lock` depends on."""
+    found = hashlib.sha256()
+    for name in NEEDS[lock]:
         path = ROOT / name
         if not path.is_file():
             die(f"{name} is missing")
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    want = digest.hexdigest()
-    if STAMP.is_file() and STAMP.read_text().strip() == want:
+        found.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return found.hexdigest()
+
+
+def installed(lock: str) -> bool:
+    stamp = STAMPS[lock]
+    return stamp.is_file() and stamp.read_text().strip() == digest(lock)
+
+
+def sync(lock: str = "requirements/dev.lock") -> None:
+    """Make .venv hold `lock` and this project; main.lock is also held once dev.lock is."""
+    ensure_venv()
+    if installed(lock) or (lock == "requirements/main.lock" and installed("requirements/dev.lock")):
         return
-    STAMP.unlink(missing_ok=True)
-    print("dev.py: installing requirements/dev.lock and senddock into .venv", file=sys.stderr)
-    run(pip("-q", "--require-hashes", "-r", "requirements/dev.lock"), "pip install of dev.lock")
+    STAMPS[lock].unlink(missing_ok=True)
+    print(f"dev.py: installing {lock} and senddock into .venv", file=sys.stderr)
+    run(pip("-q", "--require-hashes", "-r", lock), f"pip install of {lock}")
     run(pip("-q", "--no-deps", "-e", "."), "pip install -e . (senddock)")
-    STAMP.write_text(want + "\n")
+    STAMPS[lock].write_text(digest(lock) + "\n")
+    if lock == "requirements/dev.lock":  # it holds main.lock's packages, same versions
+        STAMPS["requirements/main.lock"].write_text(digest("requirements/main.lock") + "\n")
 
 
 def exec_venv(program: str, args: Sequence[str], cwd: Path | None = None) -> NoReturn:
@@ -149,7 +171,8 @@ def main(argv: Sequence[str]) -> None:
         return lock(args)
     if command not in ("demo", "senddock", "test", "lint", "sync"):
         die(f"unknown command {command!r}; see: python3 dev.py --help")
-    sync()
+    # The demo and the CLI need only what SendDock runs on: a .venv of 173 MB, not 680.
+    sync("requirements/main.lock" if command in ("demo", "senddock") else "requirements/dev.lock")
     if command == "demo":
         exec_venv("senddock", ["demo", *args])
     elif command == "senddock":

@@ -78,7 +78,7 @@ def test_add_update_show_and_remove_a_subscriber(db_url: str, conn: Conn) -> Non
     assert "list 'dev': confirmed" in text and "'news'" not in text
 
     # Bob has delivery history: his row stays for it, on no list. Ada has none: deleted.
-    assert "kept for the history of 1 messages" in run("remove", "bob@example.com")
+    assert "kept for the history of 1 message)" in run("remove", "bob@example.com")
     assert json.loads(run("show", "bob@example.com", "--json"))["lists"] == []
     assert "deleted" in run("remove", "ada@example.com")
     assert "no subscriber" in refused("show", "ada@example.com")

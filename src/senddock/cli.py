@@ -10,19 +10,21 @@ import functools
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
 import psycopg
 from pydantic import ValidationError
 
-from senddock import audience, campaigns
+from senddock import audience, campaigns, config
 from senddock.audience import lists as lists_api
 from senddock.audience import optin, suppressions
 from senddock.audience import subscribers as subscribers_api
@@ -34,8 +36,11 @@ from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
+from senddock.db.connect import default_data_dir
 from senddock.db.migrate import MigrationError
 from senddock.messages import HeaderError, LinkSettings, TemplateProblem
+
+log = logging.getLogger("senddock")
 
 EXPECTED = (
     campaigns.CampaignError,
@@ -117,6 +122,8 @@ def current_database(s: Settings) -> str:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
     except MigrationError as exc:
         raise Fail(str(exc)) from exc
+    except Exception as exc:  # the embedded server failed to start
+        raise Fail(f"cannot start the embedded database: {_first_line(exc)}") from exc
     return url
 
 
@@ -134,18 +141,92 @@ def _read(path: str | None, what: str) -> str | None:
         raise Fail(f"cannot read {what} {path}: {exc}") from exc
 
 
-@click.group()
-@click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")
-def cli(verbose: bool) -> None:
-    """SendDock: email broadcasts that survive the process dying at any moment."""
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 row`, `2 rows`: a count with its noun (`many` when the plural is not word + s)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def epilog(*names: str) -> str:
+    """The --help epilog naming the settings a command reads."""
+    return "Settings (environment): " + ", ".join(f"SENDDOCK_{n}" for n in names) + "."
+
+
+# The settings each command reads (its --help lists them). See config.py and messages/links.py.
+DB = ("DATABASE_URL", "DATA_DIR")
+SENDING = ("SMTP_URL", "SMTP_TIMEOUT", "RETRY_SCHEDULE")
+LINKS = ("PUBLIC_URL", "SECRET_KEY", "UNSUBSCRIBE_MAILTO")
+WORKER = (
+    *DB,
+    *SENDING,
+    *LINKS,
+    "HEARTBEAT_INTERVAL",
+    "LEASE_SECONDS",
+    "SENDER_FAULT_LIMIT",
+    "JOB_SENDER_FAULT_LIMIT",
+    "CLAIM_BATCH",
+    "RETENTION_DAYS",
+    "ENQUEUE_CHUNK",
+)
+WEB = ("SESSION_SECRET", "COOKIE_SECURE")
+DEMO_EPILOG = (
+    "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
+    " instead of the demo's own embedded Postgres and SMTP catcher."
+)
+
+
+def startup_block(command: str, s: Settings, links: LinkSettings, senders: str) -> str:
+    """What a long-running command is about to use, for stderr: relays, limits, senders,
+    database and public URL, with a warning for each setting left at a default that only
+    suits a test machine. Passwords are never shown."""
+    rows = config.describe(s)
+    if not s.database_url:
+        rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
+    rows += [("senders", senders), ("public URL", links.public_url)]
+    lines = [f"senddock {command}: starting"]
+    lines += [f"  {label:<12}{text}" for label, text in rows]
+    if config.defaulted(s, "smtp_url"):
+        lines.append(
+            f"  warning: SENDDOCK_SMTP_URL is not set; sending to the default {s.smtp_url}"
+        )
+    if config.defaulted(links, "public_url"):
+        lines.append(
+            "  warning: SENDDOCK_PUBLIC_URL is not set; unsubscribe links in messages point to"
+            f" {links.public_url}, which subscribers cannot reach"
+        )
+    return "\n".join(lines)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM during a command: exit as a signal would, but through Python's exit, so the
+    embedded Postgres's cleanup (atexit) still stops it and forgets this process."""
+    raise SystemExit(128 + signum)
+
+
+def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM re-raised by uvicorn once its graceful shutdown is done: a clean exit."""
+    raise SystemExit(0)
+
+
+def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose:  # our own details, tracebacks included (they are logged at DEBUG)
+        logging.getLogger("senddock").setLevel(logging.DEBUG)
 
 
-@cli.command("migrate")
+@click.group()
+@click.version_option(package_name="senddock", prog_name="senddock")
+@click.option("-v", "--verbose", is_flag=True, help="Log what SendDock does, with tracebacks.")
+def cli(verbose: bool) -> None:
+    """SendDock: email broadcasts that survive the process dying at any moment."""
+    _setup_logging(verbose)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+@cli.command("migrate", epilog=epilog(*DB))
 def migrate_cmd() -> None:
     """Create or update the database schema (idempotent; safe while workers run)."""
     with db(require_schema=False) as conn:
@@ -158,7 +239,7 @@ def subscribers() -> None:
     """Subscribers and lists."""
 
 
-@subscribers.command("import")
+@subscribers.command("import", epilog=epilog(*DB))
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--list", "list_name", required=True, help="List to add them to (created if new).")
 def import_cmd(file: Path, list_name: str) -> None:
@@ -173,9 +254,15 @@ def import_cmd(file: Path, list_name: str) -> None:
     with db() as conn:
         report = audience.import_csv(conn, file, list_name, on_reject=rejected)
     if report.rejected_count and not report.imported:
-        raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
+        every = "the only row was" if report.rejected_count == 1 else "all {n} rows were"
+        raise Fail(
+            f"imported nothing from {file}: {every.format(n=report.rejected_count)} rejected"
+        )
+    merged = f", {plural(report.merged, 'duplicate row')} merged" if report.merged else ""
     click.echo(
-        f"imported {report.imported} rows into {list_name!r}; rejected {report.rejected_count}"
+        f"imported {plural(report.imported, 'row')} into {list_name!r}:"
+        f" {plural(report.addresses, 'subscriber')}{merged};"
+        f" rejected {plural(report.rejected_count, 'row')}"
     )
 
 
@@ -185,14 +272,14 @@ def campaign() -> None:
 
 
 @campaign.command("create")
-@click.option("--name", required=True)
+@click.option("--name", required=True, help="What the campaign is called (never sent).")
 @click.option(
     "--list", "list_name", required=True, multiple=True, help="A list to send to (repeatable)."
 )
-@click.option("--subject", required=True)
+@click.option("--subject", required=True, help="The Subject: header.")
 @click.option("--from", "from_addr", required=True, help='e.g. "Ada <news@example.org>"')
 @click.option("--text-file", type=click.Path(), help="Text body (derived from the HTML if unset).")
-@click.option("--html-file", type=click.Path())
+@click.option("--html-file", type=click.Path(), help="HTML body.")
 @click.option("--reply-to", help='Reply-To address, e.g. "Ada <ada@example.org>".')
 @click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
 def create_cmd(
@@ -225,7 +312,7 @@ def create_cmd(
     click.echo(cid)
 
 
-@campaign.command("send")
+@campaign.command("send", epilog=epilog(*DB))
 @click.argument("campaign_id", type=int)
 def send_cmd(campaign_id: int) -> None:
     """Start the broadcast and return at once; workers enqueue the rest and send it."""
@@ -242,7 +329,7 @@ def send_cmd(campaign_id: int) -> None:
 
 @campaign.command("status")
 @click.argument("campaign_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def status_cmd(campaign_id: int, as_json: bool) -> None:
     """Exact counts, read from the queue."""
     with db() as conn:
@@ -295,8 +382,8 @@ def cancel_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id} cancelled ({n} messages will not be sent)")
 
 
-@cli.command("workers")
-@click.option("--json", "as_json", is_flag=True)
+@cli.command("workers", epilog=epilog(*DB))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def workers_cmd(as_json: bool) -> None:
     """Live workers: last heartbeat (database clock) and the jobs each holds."""
     from senddock.delivery.rescuer import list_workers
@@ -311,12 +398,12 @@ def workers_cmd(as_json: bool) -> None:
     for w in rows:
         click.echo(
             f"worker {w['id']}  {w['host']} pid {w['pid']}  senders {w['concurrency']}"
-            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {w['holding']} jobs"
+            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {plural(w['holding'], 'job')}"
             + ("  (stopping)" if w["stopping"] else "")
         )
 
 
-@cli.command("worker")
+@cli.command("worker", epilog=epilog(*WORKER))
 @click.option(
     "--concurrency",
     default=DEFAULT_CONCURRENCY,
@@ -336,8 +423,12 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     from senddock.delivery.worker import run_worker
 
     s = settings()
+    links = _link_settings()
     url = current_database(s)
     processes = default_processes(processes)
+    each = plural(concurrency, "SMTP session")
+    senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
+    click.echo(startup_block("worker", s, links, senders), err=True)
     if processes > 1:
         work = functools.partial(run_worker, s, url, concurrency)
         note = functools.partial(_note_exit, url)
@@ -354,8 +445,15 @@ def _note_exit(url: str, pid: int, started: str, reason: str) -> None:
         note_exit(conn, ident, reason)
 
 
-@cli.command("demo")
-@click.option("--subscribers", "count", default=3000, show_default=True, type=click.IntRange(10))
+@cli.command("demo", epilog=DEMO_EPILOG)
+@click.option(
+    "--subscribers",
+    "count",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(10),
+    help="How many made-up subscribers to send to.",
+)
 def demo_cmd(count: int) -> None:
     """Run a whole broadcast on an embedded Postgres and SMTP catcher, with a crash in it."""
     from senddock.demo import run_demo
@@ -434,9 +532,14 @@ def retry_failed_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
 
 
-@subscribers.command("export")
-@click.option("--list", "list_name", required=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+@subscribers.command("export", epilog=epilog(*DB))
+@click.option("--list", "list_name", required=True, help="The list to export.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the CSV to this file (default: stdout).",
+)
 def export_cmd(list_name: str, output: Path | None) -> None:
     """Write a list's members as CSV: email,name,status,attributes,suppressed."""
     with db() as conn:
@@ -446,7 +549,7 @@ def export_cmd(list_name: str, output: Path | None) -> None:
             with output.open("w", newline="", encoding="utf-8") as handle:
                 n = export_list(conn, list_name, handle)
     if output is not None:
-        click.echo(f"exported {n} members of {list_name!r} to {output}")
+        click.echo(f"exported {plural(n, 'member')} of {list_name!r} to {output}")
 
 
 @cli.group("suppressions")
@@ -454,8 +557,8 @@ def suppressions_group() -> None:
     """Addresses no broadcast sends to: bounced, unsubscribed, complained, or added by hand."""
 
 
-@suppressions_group.command("list")
-@click.option("--reason", type=click.Choice(suppressions.REASONS))
+@suppressions_group.command("list", epilog=epilog(*DB))
+@click.option("--reason", type=click.Choice(suppressions.REASONS), help="Only this reason.")
 def suppressions_list_cmd(reason: str | None) -> None:
     """Every suppressed address with its reason and date."""
     with db() as conn:
@@ -464,10 +567,14 @@ def suppressions_list_cmd(reason: str | None) -> None:
             click.echo(f"{r['email']}  {r['reason']}  {when}  {r['detail']}".rstrip())
 
 
-@suppressions_group.command("add")
+@suppressions_group.command("add", epilog=epilog(*DB))
 @click.argument("addresses", nargs=-1, required=True)
 @click.option(
-    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+    "--reason",
+    default="manual",
+    show_default=True,
+    type=click.Choice(suppressions.REASONS),
+    help="Why they are suppressed.",
 )
 def suppressions_add_cmd(addresses: tuple[str, ...], reason: str) -> None:
     """Suppress addresses: no broadcast sends to them, including ones already enqueued."""
@@ -477,7 +584,7 @@ def suppressions_add_cmd(addresses: tuple[str, ...], reason: str) -> None:
             click.echo(f"{a}: {'suppressed' if added else 'already suppressed'}")
 
 
-@suppressions_group.command("remove")
+@suppressions_group.command("remove", epilog=epilog(*DB))
 @click.argument("addresses", nargs=-1, required=True)
 def suppressions_remove_cmd(addresses: tuple[str, ...]) -> None:
     """Make addresses sendable again (a bounced subscriber becomes active)."""
@@ -487,10 +594,14 @@ def suppressions_remove_cmd(addresses: tuple[str, ...]) -> None:
             click.echo(f"{a}: {'removed' if gone else 'was not suppressed'}")
 
 
-@suppressions_group.command("import")
+@suppressions_group.command("import", epilog=epilog(*DB))
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--reason", default="manual", show_default=True, type=click.Choice(suppressions.REASONS)
+    "--reason",
+    default="manual",
+    show_default=True,
+    type=click.Choice(suppressions.REASONS),
+    help="Why they are suppressed.",
 )
 def suppressions_import_cmd(file: Path, reason: str) -> None:
     """Suppress every address of a CSV with an email column (a reason column is optional)."""
@@ -502,13 +613,14 @@ def suppressions_import_cmd(file: Path, reason: str) -> None:
     for line, why in report.rejected:
         click.echo(f"{file}:{line}: rejected: {why}", err=True)
     click.echo(
-        f"suppressed {report.added} addresses; {report.already} already were;"
-        f" rejected {len(report.rejected)}"
+        f"suppressed {plural(report.added, 'address', 'addresses')};"
+        f" {report.already} already {'was' if report.already == 1 else 'were'};"
+        f" rejected {plural(len(report.rejected), 'row')}"
     )
 
 
-@suppressions_group.command("export")
-@click.option("--reason", type=click.Choice(suppressions.REASONS))
+@suppressions_group.command("export", epilog=epilog(*DB))
+@click.option("--reason", type=click.Choice(suppressions.REASONS), help="Only this reason.")
 def suppressions_export_cmd(reason: str | None) -> None:
     """Write the suppression list as CSV (email,reason,created_at,detail) to stdout."""
     with db() as conn:
@@ -578,9 +690,9 @@ def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
         raise Fail(f"{failed} of {len(results)} test messages were not accepted")
 
 
-@subscribers.command("add")
+@subscribers.command("add", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--name", default="")
+@click.option("--name", default="", help="The subscriber's name.")
 @click.option("--attr", "attrs", multiple=True, help="KEY=VALUE; repeat for more.")
 @click.option("--attributes", "attrs_json", help="A JSON object of attributes.")
 @click.option("--list", "lists", multiple=True, help="A list to join (created if new).")
@@ -604,9 +716,9 @@ def subscribers_add_cmd(
             _request_confirmations(conn, address)
 
 
-@subscribers.command("update")
+@subscribers.command("update", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--name")
+@click.option("--name", help="A new name.")
 @click.option("--email", "new_email", help="A new address for this subscriber.")
 @click.option("--attr", "attrs", multiple=True, help="KEY=VALUE (merged); repeat for more.")
 @click.option("--attributes", "attrs_json", help="A JSON object merged in; null removes a key.")
@@ -632,7 +744,7 @@ def subscribers_update_cmd(
     click.echo(f"{address} updated")
 
 
-@subscribers.command("remove")
+@subscribers.command("remove", epilog=epilog(*DB))
 @click.argument("address")
 @click.option("--list", "list_name", help="Only leave this list.")
 def subscribers_remove_cmd(address: str, list_name: str | None) -> None:
@@ -641,9 +753,9 @@ def subscribers_remove_cmd(address: str, list_name: str | None) -> None:
         click.echo(subscribers_api.remove(conn, address, list_name))
 
 
-@subscribers.command("show")
+@subscribers.command("show", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def subscribers_show_cmd(address: str, as_json: bool) -> None:
     """A subscriber's fields, lists, suppression and latest messages."""
     with db() as conn:
@@ -651,13 +763,19 @@ def subscribers_show_cmd(address: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, default=str))
         return
-    click.echo(f"{found['email']}  id {found['id']}  {found['status']}  name {found['name']!r}")
+    sup = found["suppressed"]
+    # Suppressed outranks the stored status: no broadcast sends to them, whatever it says.
+    state = f"suppressed ({sup['reason']})" if sup else found["status"]
+    click.echo(f"{found['email']}  id {found['id']}  {state}  name {found['name']!r}")
     click.echo(f"  attributes {json.dumps(found['attributes'], ensure_ascii=False)}")
     for m in found["lists"]:
         click.echo(f"  list {m['name']!r}: {m['status']}")
-    if found["suppressed"]:
-        sup = found["suppressed"]
-        click.echo(f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}")
+    if sup:
+        detail = f": {sup['detail']}" if sup["detail"] else ""
+        click.echo(
+            f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}{detail};"
+            " no broadcast sends to this address (`suppressions remove` to undo)"
+        )
     for j in found["messages"]:
         state = j["status"] + (f"/{j['failure']}" if j["failure"] else "")
         click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
@@ -668,7 +786,7 @@ def lists_group() -> None:
     """Lists and their options (double opt-in)."""
 
 
-@lists_group.command("show")
+@lists_group.command("show", epilog=epilog(*DB))
 def lists_show_cmd() -> None:
     """Every list: options and members by status."""
     with db() as conn:
@@ -680,7 +798,7 @@ def lists_show_cmd() -> None:
             )
 
 
-@lists_group.command("set")
+@lists_group.command("set", epilog=epilog(*DB))
 @click.argument("name")
 @click.option(
     "--double-opt-in/--single-opt-in",
@@ -706,9 +824,9 @@ def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: st
         click.echo(f"confirmation request for {list_name!r} sent to {address}", err=True)
 
 
-@subscribers.command("confirm")
+@subscribers.command("confirm", epilog=epilog(*DB))
 @click.argument("address")
-@click.option("--list", "list_name", required=True)
+@click.option("--list", "list_name", required=True, help="The list they confirmed.")
 def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     """Confirm a membership by hand (the person confirmed some other way)."""
     with db() as conn:
@@ -717,9 +835,15 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     click.echo(f"{address}: {'confirmed' if done else 'was not waiting for confirmation'}")
 
 
-@cli.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8025, show_default=True, type=click.IntRange(1, 65535))
+@cli.command("serve", epilog=epilog(*WORKER, *WEB))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8025,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port to listen on.",
+)
 @click.option(
     "--schedule-every",
     default=5.0,
@@ -728,7 +852,13 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     help="Seconds between scheduler passes (0: run no scheduler here).",
 )
 @click.option("--no-workers", is_flag=True, help="Send nothing here; run `senddock worker`s.")
-@click.option("--concurrency", default=5, show_default=True, type=click.IntRange(1, 500))
+@click.option(
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 500),
+    help="SMTP sessions (senders) of the worker run here.",
+)
 def serve_cmd(
     host: str, port: int, schedule_every: float, no_workers: bool, concurrency: int
 ) -> None:
@@ -741,6 +871,13 @@ def serve_cmd(
     s = settings()
     links = _link_settings()
     url = current_database(s)
+    senders = (
+        "none here (--no-workers): run `senddock worker`"
+        if no_workers
+        else f"{plural(concurrency, 'SMTP session')} in this process"
+    )
+    click.echo(startup_block("serve", s, links, senders), err=True)
+    click.echo(f"  listening   http://{host}:{port}", err=True)
     app = create_app(
         url,
         links,
@@ -749,7 +886,10 @@ def serve_cmd(
         workers=0 if no_workers else concurrency,
     )
     # uvicorn handles SIGTERM/SIGINT: the app's shutdown stops the worker, which finishes
-    # the messages in flight before the process exits.
+    # the messages in flight before the process exits. Then it restores our handlers and
+    # raises the signal again: SIGTERM must end in an exit that runs the embedded Postgres's
+    # cleanup (atexit), where its default action would kill us and leave the server running.
+    signal.signal(signal.SIGTERM, _exit_after_shutdown)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
 
 
@@ -758,8 +898,8 @@ def token_group() -> None:
     """API tokens (Authorization: Bearer)."""
 
 
-@token_group.command("create")
-@click.option("--name", default="", help="What the token is for (shown nowhere else).")
+@token_group.command("create", epilog=epilog(*DB))
+@click.option("--name", default="", help="What the token is for (shown by `token list`).")
 def token_create_cmd(name: str) -> None:
     """Make an API token and print it alone; only its hash is stored, so keep it now."""
     from senddock.web import auth
@@ -768,29 +908,107 @@ def token_create_cmd(name: str) -> None:
         click.echo(auth.create_token(conn, name))
 
 
+@token_group.command("list", epilog=epilog(*DB))
+def token_list_cmd() -> None:
+    """Every API token: id, name, when made and last used (never the token itself)."""
+    from senddock.web import auth
+
+    with db() as conn:
+        rows = auth.list_tokens(conn)
+    if not rows:
+        click.echo("no API tokens (make one with `senddock token create`)")
+    for t in rows:
+        used = f"{t['last_used_at']:%Y-%m-%d %H:%M}" if t["last_used_at"] else "never"
+        click.echo(
+            f"token {t['id']}  {t['name'] or '(no name)'}"
+            f"  created {t['created_at']:%Y-%m-%d %H:%M}  last used {used}"
+        )
+
+
+@token_group.command("revoke", epilog=epilog(*DB))
+@click.argument("token_id", type=int)
+def token_revoke_cmd(token_id: int) -> None:
+    """Delete token TOKEN_ID (see `token list`): requests bearing it are refused at once."""
+    from senddock.web import auth
+
+    with db() as conn:
+        if not auth.revoke_token(conn, token_id):
+            raise Fail(f"no API token {token_id} (see `senddock token list`)")
+    click.echo(f"token {token_id} revoked")
+
+
 @cli.group("admin")
 def admin_group() -> None:
     """Dashboard logins."""
 
 
-@admin_group.command("create")
-@click.option("--email", required=True)
-def admin_create_cmd(email: str) -> None:
-    """Make a dashboard admin; the password is read from stdin (one line)."""
-    from senddock.web import auth
-
+def _new_password() -> str:
+    """A password from a hidden prompt (typed twice) or, when stdin is not a terminal, its
+    first line; empty or all-space passwords are refused."""
     if sys.stdin.isatty():
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     else:
         password = sys.stdin.readline().rstrip("\r\n")
-    if not password:
-        raise Fail("no password given on stdin")
+    if not password.strip():
+        raise Fail("no password given (empty or only spaces)")
+    return str(password)
+
+
+@admin_group.command("create", epilog=epilog(*DB))
+@click.option("--email", required=True, help="The admin's login (an email address).")
+def admin_create_cmd(email: str) -> None:
+    """Make a dashboard admin; the password is read from a prompt, or stdin (one line)."""
+    from senddock.web import auth
+
+    password = _new_password()
     with db() as conn:
         try:
             aid = auth.create_admin(conn, email, password)
         except auth.AuthError as exc:
             raise Fail(str(exc)) from exc
     click.echo(f"admin {aid} created for {email.strip()}")
+
+
+@admin_group.command("list", epilog=epilog(*DB))
+def admin_list_cmd() -> None:
+    """Every dashboard admin: id, email, when made."""
+    from senddock.web import auth
+
+    with db() as conn:
+        rows = auth.list_admins(conn)
+    if not rows:
+        click.echo("no admins (make one with `senddock admin create --email EMAIL`)")
+    for a in rows:
+        click.echo(f"admin {a['id']}  {a['email']}  created {a['created_at']:%Y-%m-%d %H:%M}")
+
+
+@admin_group.command("remove", epilog=epilog(*DB))
+@click.argument("email")
+def admin_remove_cmd(email: str) -> None:
+    """Delete the dashboard admin EMAIL (it can no longer log in)."""
+    from senddock.web import auth
+
+    with db() as conn:
+        if not auth.remove_admin(conn, email):
+            raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
+    click.echo(f"admin {email.strip()} removed")
+
+
+@admin_group.command("password", epilog=epilog(*DB))
+@click.argument("email")
+def admin_password_cmd(email: str) -> None:
+    """Set a new password for admin EMAIL, read from a prompt, or stdin (one line)."""
+    from senddock.web import auth
+
+    password = _new_password()
+    with db() as conn:
+        try:
+            found = auth.set_password(conn, email, password)
+        except auth.AuthError as exc:
+            raise Fail(str(exc)) from exc
+    if not found:
+        raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
+    click.echo(f"password of admin {email.strip()} changed")
 
 
 def main() -> None:
@@ -807,10 +1025,12 @@ def main() -> None:
         click.echo(f"senddock: error: {exc.format_message()} (see '{where} --help')", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        if exc.__cause__ is not None:  # shown with -v: what the one line below summarises
+            log.debug("the cause of the error below", exc_info=exc.__cause__)
         click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(exc.exit_code)
-    except Exception as exc:  # the last guard: one line, never a traceback
-        logging.getLogger("senddock").debug("unexpected error", exc_info=True)
+    except Exception as exc:  # the last guard: one line, and a traceback only with -v
+        log.debug("unexpected error", exc_info=True)
         click.echo(
             f"senddock: internal error: {_first_line(exc)} (run with -v for details)", err=True
         )

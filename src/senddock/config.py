@@ -70,6 +70,27 @@ class SmtpTarget:
     per_minute: int | None = None
     per_hour: int | None = None
 
+    def describe(self) -> str:
+        """The relay in one line for people: no password, ever."""
+        scheme = "smtps" if self.tls == "tls" else "smtp"
+        user = f"{self.username}@" if self.username else ""
+        text = f"{scheme}://{user}{self.host}:{self.port} tls={self.tls}"
+        if not self.verify:
+            text += " verify=false"
+        if self.name != f"{self.host}:{self.port}":
+            text += f" name={self.name}"
+        if self.weight != 1:
+            text += f" weight={self.weight}"
+        limits = [
+            f"{n}/{unit}"
+            for n, unit in ((self.per_second, "s"), (self.per_minute, "min"), (self.per_hour, "h"))
+            if n is not None
+        ]
+        text += f", at most {' '.join(limits)}" if limits else ", no rate limit"
+        if self.password:
+            text += " (password hidden)"
+        return text
+
     @property
     def limited(self) -> bool:
         """Whether any rate limit applies to this relay."""
@@ -149,6 +170,40 @@ def _redacted(parts: SplitResult) -> str:
     if parts.username:
         netloc = f"{parts.username}@{netloc}"
     return f"{parts.scheme}://{netloc}"
+
+
+_PASSWORD_KEYWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def hide_password(url: str) -> str:
+    """A database URL or libpq keyword string with its password replaced by ***."""
+    if "://" not in url:
+        return _PASSWORD_KEYWORD.sub(r"\1***", url)
+    base, mark, query = url.partition("?")
+    query = re.sub(r"((?:^|&)password=)[^&#]*", r"\1***", query)  # ?password=...
+    netloc = urlsplit(base).netloc
+    if ":" in netloc.rpartition("@")[0]:  # user:password@host
+        user = netloc.rpartition("@")[0].partition(":")[0]
+        base = base.replace(netloc, f"{user}:***@{netloc.rpartition('@')[2]}", 1)
+    return base + mark + query
+
+
+def describe(settings: Settings) -> list[tuple[str, str]]:
+    """What the settings say, as (label, text) lines safe to print: passwords are hidden.
+
+    The SMTP URL must parse (settings() in the CLI checks it first).
+    """
+    lines = [("relay", t.describe()) for t in SmtpTarget.parse_all(settings.smtp_url)]
+    if settings.database_url:
+        lines.append(("database", hide_password(settings.database_url)))
+    else:
+        lines.append(("database", "embedded Postgres (no SENDDOCK_DATABASE_URL)"))
+    return lines
+
+
+def defaulted(settings: BaseSettings, field: str) -> bool:
+    """Whether `field` was left at its default (its SENDDOCK_* variable is not set)."""
+    return field not in settings.model_fields_set
 
 
 def load() -> Settings:

@@ -36,6 +36,14 @@ STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS import_stage (line int, email text, name text, attrs jsonb)
 ON COMMIT DELETE ROWS
 """
+# The addresses this import has seen (lower-cased), across batches and transactions: counting
+# the rows each batch adds tells rows from people (a case-duplicate row merges into one).
+SEEN = """
+CREATE TEMP TABLE IF NOT EXISTS import_seen (email text PRIMARY KEY) ON COMMIT PRESERVE ROWS
+"""
+COUNT_NEW = """
+INSERT INTO import_seen SELECT DISTINCT lower(email) FROM import_stage ON CONFLICT DO NOTHING
+"""
 # One statement per batch. The last row of an address in the batch wins; an unchanged
 # subscriber is not rewritten. Members: the subscribers written now (`up`), plus those that
 # existed before the statement (its snapshot), each looked up through the lower(email) index
@@ -71,9 +79,15 @@ class UnreadableFile(OSError):
 
 @dataclass
 class ImportReport:
-    imported: int = 0
+    imported: int = 0  # rows imported
     rejected: list[tuple[int, str]] = field(default_factory=list)
     rejected_count: int = 0
+    addresses: int = 0  # distinct addresses among them (case-insensitive): subscribers
+
+    @property
+    def merged(self) -> int:
+        """Imported rows that repeated an address of an earlier row (merged into it)."""
+        return self.imported - self.addresses
 
 
 Reject = Callable[[int, str], None]
@@ -103,8 +117,26 @@ def _header(path: Path, rows: Iterator[tuple[int, list[str]]]) -> list[str]:
     first = next(rows, None)
     fields = [f.strip().lower() for f in first[1]] if first else []
     if "email" not in fields:
-        raise UnreadableFile(f"{path}: the header row has no 'email' column")
+        hint = _delimiter_hint(first[1]) if first else ""
+        raise UnreadableFile(f"{path}: the header row has no 'email' column{hint}")
     return fields
+
+
+# Delimiters spreadsheets write instead of commas (Excel in many locales writes ';').
+_OTHER_DELIMITERS = {";": "';'", "\t": "tab", "|": "'|'"}
+
+
+def _delimiter_hint(header: list[str]) -> str:
+    """Why a header that has an email column under another delimiter has none, or ''."""
+    line = ",".join(header)
+    for delimiter, name in _OTHER_DELIMITERS.items():
+        fields = [f.strip().strip('"').lower() for f in line.split(delimiter)]
+        if "email" in fields:
+            return (
+                f"; the file looks {name}-delimited: save it as comma-separated CSV"
+                " (in a spreadsheet: Save as CSV, field delimiter ',')"
+            )
+    return ""
 
 
 class _Parser:
@@ -175,6 +207,8 @@ def import_csv(
         with conn.transaction():
             list_id = ensure_list(conn, list_name)
             conn.execute(STAGE)
+            conn.execute(SEEN)
+            conn.execute("TRUNCATE import_seen")
         batch: list[tuple[int, str, str, str]] = []
 
         def flush() -> None:
@@ -187,6 +221,7 @@ def import_csv(
                     for item in batch:
                         copy.write_row(item)
                 conn.execute(MERGE_BATCH, {"list": list_id})
+                report.addresses += conn.execute(COUNT_NEW).rowcount
             report.imported += len(batch)
             batch.clear()
 
@@ -199,6 +234,8 @@ def import_csv(
             if len(batch) >= BATCH:
                 flush()
         flush()
+        with conn.transaction():
+            conn.execute("DROP TABLE import_seen")  # its rows live as long as the connection
     return report
 
 

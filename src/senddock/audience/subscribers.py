@@ -140,7 +140,7 @@ def remove(conn: Conn, address: str, list_name: str | None = None) -> str:
         if sent and sent["n"]:
             return (
                 f"{row['email']} removed from every list (kept for the history of"
-                f" {sent['n']} messages)"
+                f" {sent['n']} {'message' if sent['n'] == 1 else 'messages'})"
             )
         conn.execute("DELETE FROM subscribers WHERE id = %s", (row["id"],))
         return f"{row['email']} deleted"

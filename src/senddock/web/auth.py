@@ -67,8 +67,7 @@ def verify_password(hashed: str, password: str) -> bool:
 
 def create_admin(conn: Conn, email: str, password: str) -> int:
     """A new dashboard admin; its id. Refuses short passwords and taken addresses."""
-    if len(password) < MIN_PASSWORD:
-        raise AuthError(f"the password must have at least {MIN_PASSWORD} characters")
+    check_password(password)
     address = normalize(email)
     row = conn.execute(
         "INSERT INTO admins (email, password_hash) VALUES (%s, %s)"
@@ -78,6 +77,37 @@ def create_admin(conn: Conn, email: str, password: str) -> int:
     if row is None:
         raise AuthError(f"an admin {address} already exists")
     return int(row["id"])
+
+
+def list_admins(conn: Conn) -> list[dict[str, Any]]:
+    """Every dashboard admin: id, email, created_at (never the password hash)."""
+    return conn.execute("SELECT id, email, created_at FROM admins ORDER BY id").fetchall()
+
+
+def remove_admin(conn: Conn, email: str) -> bool:
+    """Delete the admin with this email; False if there is none."""
+    row = conn.execute(
+        "DELETE FROM admins WHERE lower(email) = lower(%s) RETURNING id", (email.strip(),)
+    ).fetchone()
+    return row is not None
+
+
+def check_password(password: str) -> None:
+    """Refuse a password too short to keep (spaces alone do not count)."""
+    if not password.strip():
+        raise AuthError("the password must not be empty or only spaces")
+    if len(password) < MIN_PASSWORD:
+        raise AuthError(f"the password must have at least {MIN_PASSWORD} characters")
+
+
+def set_password(conn: Conn, email: str, password: str) -> bool:
+    """Give the admin with this email a new password; False if there is no such admin."""
+    check_password(password)
+    row = conn.execute(
+        "UPDATE admins SET password_hash = %s WHERE lower(email) = lower(%s) RETURNING id",
+        (hash_password(password), email.strip()),
+    ).fetchone()
+    return row is not None
 
 
 def authenticate_admin(conn: Conn, email: str, password: str) -> int | None:
@@ -102,6 +132,19 @@ def create_token(conn: Conn, name: str = "") -> str:
         "INSERT INTO api_tokens (name, token_hash) VALUES (%s, %s)", (name, _token_hash(token))
     )
     return token
+
+
+def list_tokens(conn: Conn) -> list[dict[str, Any]]:
+    """Every API token: id, name, created_at, last_used_at (never the token or its hash)."""
+    return conn.execute(
+        "SELECT id, name, created_at, last_used_at FROM api_tokens ORDER BY id"
+    ).fetchall()
+
+
+def revoke_token(conn: Conn, token_id: int) -> bool:
+    """Delete the token with this id (requests bearing it fail at once); False if none."""
+    row = conn.execute("DELETE FROM api_tokens WHERE id = %s RETURNING id", (token_id,)).fetchone()
+    return row is not None
 
 
 def token_ok(conn: Conn, token: str) -> bool:
