@@ -108,6 +108,12 @@ def test_bad_input_is_refused_in_one_line_and_the_queued_broadcast_completes(
     proved(harness.run("bad_input", small=True))
 
 
+def test_a_job_that_kills_every_worker_fails_alone_and_costs_nobody_an_attempt(
+    harness: Harness,
+) -> None:
+    proved(harness.run("poison", small=True))
+
+
 def test_the_harness_counts_duplicates_and_losses_at_the_server(harness: Harness) -> None:
     """The proof is only as good as the counting: a copy too many and a recipient missing,
     delivered by hand, must each show and fail the run."""

@@ -28,6 +28,7 @@ sender_fault      relay rejects MAIL FROM, then AUTH; resume         none
 stuck_owner       SMTP call longer than the lease; SIGKILL a peer    kills x sessions
 retry_storm       30% deferred (451) three times each                none
 bad_input         bad CSVs, headers, templates, 10 MB body, 0 rcpts  none
+poison            one job SIGKILLs every worker that prepares it     deaths x sessions
 """
 
 from __future__ import annotations
@@ -360,6 +361,8 @@ class World:
         # time.time() of each moment a session could break after the server accepted a message
         # and before its 250 arrived: a SIGKILL, or the relay dropping its sessions (RFC 1047).
         self.break_times: list[float] = []
+        # Jobs this scenario means to fail, by failure reason (else any failed job is a problem).
+        self.failures_expected: dict[str, int] = {}
         self.events: list[tuple[float, str]] = []
         self.duplicates_allowed = 0
         self.problems: list[str] = []
@@ -479,8 +482,11 @@ class World:
         env.update(extra)
         return env
 
-    def start_worker(self, concurrency: int = CONCURRENCY, **extra: str) -> Proc:
-        """Start a real `senddock worker` process; its log is a file of its own."""
+    def start_worker(
+        self, concurrency: int = CONCURRENCY, processes: int = 1, **extra: str
+    ) -> Proc:
+        """Start a real `senddock worker` process (with `processes` > 1, the supervisor of
+        that many); its log is a file of its own."""
         name = f"worker-{len(self.procs) + 1}"
         log = self.dir / f"{name}.log"
         env = self.env(**extra)
@@ -493,7 +499,7 @@ class World:
                     "-v",
                     "worker",
                     "--processes",
-                    "1",
+                    str(processes),
                     "--concurrency",
                     str(concurrency),
                 ],
@@ -685,7 +691,7 @@ class World:
         with contextlib.suppress(Exception):
             counts = self.counts()
             failed = {k[7:]: v for k, v in counts.items() if k.startswith("failed:")}
-            self.check(not failed, f"jobs failed: {failed}")
+            self.check(failed == self.failures_expected, f"jobs failed: {failed}")
             if not finished:
                 self.note(f"rows when it gave up: {counts}")
         if self.catcher.dot_delay > 0:
@@ -779,12 +785,15 @@ def crash_recovery(h: Harness, small: bool) -> Result:
 
 
 def _check_rescued_attempts(w: World) -> None:
-    """A duplicate's job was rescued: its killed attempt counted, so it ends with >= 2."""
+    """A duplicate's job was rescued: its death is counted on it (its attempt given back); and
+    no job was charged an attempt for a death (none failed, each sent at its first attempt)."""
     dups = _note_duplicates(w, "accepted just before a SIGKILL")
     if dups:
         jobs = w.jobs("lower(email) = ANY(%(d)s)", {"d": dups})
-        once = sorted(e for e, j in jobs.items() if int(j["attempts"]) < 2)
-        w.check(not once, f"duplicated recipients whose job shows a single attempt: {once[:5]}")
+        alive = sorted(e for e, j in jobs.items() if int(j["deaths"]) < 1)
+        w.check(not alive, f"duplicated recipients whose job was never rescued: {alive[:5]}")
+    charged = w.jobs("attempts > 1")
+    w.check(not charged, f"jobs charged more than one attempt: {sorted(charged)[:5]}")
 
 
 def _note_duplicates(w: World, why: str) -> list[str]:
@@ -1203,6 +1212,37 @@ def retry_storm(h: Harness, small: bool) -> Result:
                 f" times each; gap minus schedule step: min {slack[0]:+.2f}s,"
                 f" median {slack[len(slack) // 2]:+.2f}s, max {slack[-1]:+.2f}s"
             )
+    return _done(w)
+
+
+@scenario
+def poison(h: Harness, small: bool) -> Result:
+    """One job SIGKILLs every worker process that prepares it (a test hook): it alone fails,
+    `rejected`, after its second death as its process's one suspect; everyone else is sent at
+    their first attempt, and the supervisor replaces each child that died."""
+    n = 1_000 if small else 10_000
+    with h.world("poison", small, n) as w:
+        bad = address(w.rng.randint(1, n))
+        w.expected.discard(bad)
+        w.failures_expected = {"rejected": 1}
+        w.start_worker(processes=2, SENDDOCK_TEST_KILL_ON=bad)
+        w.wait_finished(_finish_timeout(n, 2))
+        job = w.jobs("lower(email) = %(e)s", {"e": bad})[bad]
+        w.check(
+            (job["status"], job["failure"], job["alone_deaths"]) == ("failed", "rejected", 2),
+            f"the poison job ended {job['status']}/{job['failure']}: {job['last_reply']}",
+        )
+        deaths = w.db.query("SELECT found_at, reason FROM worker_deaths ORDER BY found_at")
+        w.fault("poison death", len(deaths))
+        w.duplicates_allowed += len(deaths) * CONCURRENCY
+        w.break_times += [d["found_at"].timestamp() for d in deaths]
+        w.check(len(deaths) == 3, f"{len(deaths)} worker deaths, not 3 (one shared, two alone)")
+        w.check(
+            all("SIGKILL" in str(d["reason"]) for d in deaths),
+            f"death reasons: {[d['reason'] for d in deaths]}",
+        )
+        w.note(f"the poison job: {job['last_reply']}")
+        _check_rescued_attempts(w)
     return _done(w)
 
 
