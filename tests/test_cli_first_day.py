@@ -393,3 +393,30 @@ def test_a_semicolon_delimited_csv_gets_a_hint_not_just_no_email_column(
         senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(plain), "--list", "n")
     )
     assert line.endswith("the header row has no 'email' column"), line
+
+
+def test_a_worker_says_once_why_its_relay_cannot_be_reached_and_when_it_is_back(
+    conn: Conn, db_url: str, tmp_path: Path
+) -> None:
+    """A relay that refuses connections is named in the log with the reason, once, however
+    many messages wait for it (before: nothing at the default level)."""
+    from senddock.testing import Catcher
+    from support import send_campaign, start_worker, unfinished
+
+    with Catcher() as relay:
+        relay.set_down(True)
+        _, bid = send_campaign(conn, "down", [f"u{i}@example.org" for i in range(30)])
+        log = tmp_path / "worker.log"
+        worker = start_worker(worker_env(db_url, relay.url), log=log)
+        try:
+            said = f"cannot reach SMTP server smtp://127.0.0.1:{relay.port}"
+            assert wait_until(lambda: said in log.read_text(), 30), log.read_text()
+            relay.set_down(False)
+            assert wait_until(lambda: unfinished(conn, bid) == 0, 60), log.read_text()
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(30)
+    text = log.read_text()
+    assert text.count(said) == 1, text
+    assert "refused" in text.split(said, 1)[1].splitlines()[0]
+    assert re.search(rf"SMTP server smtp://127\.0\.0\.1:{relay.port} .*is reachable again", text)

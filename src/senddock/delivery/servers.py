@@ -9,11 +9,14 @@ the shares are exact within one process, not merely on average.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Reply
+
+log = logging.getLogger("senddock.worker")
 
 # Stages at which a failure says the server is unreachable, not that a message is bad.
 CONNECTION_STAGES = frozenset({"connect", "ehlo", "starttls", "auth"})
@@ -81,12 +84,14 @@ class ServerPool:
             best.probing_until = now + self.probe_timeout  # others keep away while it is tried
         return best.target
 
-    def failed(self, name: str) -> None:
+    def failed(self, name: str, why: str = "") -> None:
         """A connection-level failure: down for a backoff that doubles while it lasts."""
         s = self._servers[name]
         now = time.monotonic()
         if s.backoff and now < s.down_until:
             return  # a sender that started before it went down: already counted
+        if not s.backoff:  # said once when it goes down, not at every retry
+            log.warning("cannot reach SMTP server %s: %s", s.target.describe(), why or "failed")
         s.backoff = min(max(s.backoff * 2, MIN_DOWN), MAX_DOWN)
         s.down_until = now + s.backoff
         s.probing_until = 0.0
@@ -94,6 +99,8 @@ class ServerPool:
     def succeeded(self, name: str) -> None:
         """A session got past AUTH: the server is healthy."""
         s = self._servers[name]
+        if s.backoff:
+            log.warning("SMTP server %s is reachable again", s.target.describe())
         s.backoff = s.down_until = s.probing_until = 0.0
 
     def settled(self, name: str) -> None:

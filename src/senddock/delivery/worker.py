@@ -307,7 +307,7 @@ class Sender:
                 else:
                     self.s.servers.succeeded(target.name)
                 return reply
-            self.s.servers.failed(target.name)
+            self.s.servers.failed(target.name, reply.summary())
             tries -= 1
             if tries <= 0 or not self.s.servers.any_usable():
                 return reply
