@@ -227,15 +227,30 @@ def create_cmd(
 @click.argument("campaign_id", type=int)
 def send_cmd(campaign_id: int) -> None:
     """Start the broadcast and return at once; workers enqueue the rest and send it."""
+    from senddock.campaigns.workers import send_warning
+
+    lease = settings().lease_seconds
     with db() as conn:
         bid, total, created = campaigns.broadcast(conn, campaign_id)
+        st = campaigns.status(conn, campaign_id)
+        warning = send_warning(conn, lease) if st["status"] == "sending" else None
     if created:
         click.echo(
-            f"campaign {campaign_id}: broadcast {bid} started ({total} recipients enqueued so"
-            " far; workers enqueue the rest; see `campaign status`)"
+            f"campaign {campaign_id}: broadcast {bid} started ({_n(total, 'recipient')} enqueued"
+            " so far; workers enqueue the rest; see `campaign status`)"
         )
     else:
-        click.echo(f"campaign {campaign_id}: already sent as broadcast {bid} ({total} recipients)")
+        click.echo(
+            f"campaign {campaign_id}: already {st['status']} as broadcast {bid}"
+            f" ({_n(total, 'recipient')})"
+        )
+    if warning:
+        click.echo(f"senddock: warning: {warning}", err=True)
+
+
+def _n(count: int, noun: str) -> str:
+    """`1 recipient`, `2 recipients`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @campaign.command("status")

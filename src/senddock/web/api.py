@@ -27,6 +27,7 @@ from senddock.audience.addresses import normalize
 from senddock.campaigns import compose
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
+from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery.rescuer import list_workers
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
@@ -319,10 +320,18 @@ def test_campaign(
 @router.post(
     "/campaigns/{campaign_id}/send", tags=["campaigns"], response_model=s.Sent, status_code=202
 )
-def send_campaign(conn: Db, campaign_id: CampaignId) -> s.Sent:
-    """Enqueue the campaign (idempotent); workers send it. Poll GET /campaigns/{id}."""
+def send_campaign(request: Request, conn: Db, campaign_id: CampaignId) -> s.Sent:
+    """Enqueue the campaign (idempotent; 409 once cancelled); workers send it. Poll GET
+    /campaigns/{id}. `warning` says when no worker is live to send it."""
     bid, total, created = campaigns.broadcast(conn, campaign_id)
-    return s.Sent(broadcast_id=bid, total=total, created=created)
+    live = live_workers(conn, request.app.state.settings.lease_seconds)
+    return s.Sent(
+        broadcast_id=bid,
+        total=total,
+        created=created,
+        workers_live=live,
+        warning=None if live else NO_WORKER,
+    )
 
 
 @router.post(

@@ -250,6 +250,10 @@ class Sent(BaseModel):
     broadcast_id: int
     total: int = Field(description="Recipients enqueued so far (workers enqueue the rest)")
     created: bool = Field(description="False when the campaign had already been sent")
+    workers_live: int = Field(description="Workers whose heartbeat is within the lease")
+    warning: str | None = Field(
+        default=None, description="Set when no worker runs: nothing is sent until one does"
+    )
 
 
 class ScheduleIn(Strict):

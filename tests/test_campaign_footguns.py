@@ -1,0 +1,149 @@
+"""First-day foot-guns of the campaign commands, through the real command line and API.
+
+Each test is named for the promise it checks; each failed before its fix (see the commits).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from senddock.campaigns import status
+from senddock.testing import Catcher
+from support import (
+    Conn,
+    ThreadWorker,
+    seed_list,
+    senddock,
+    wait_until,
+    worker_env,
+)
+from web_support import Server, ServerFactory, make_token, servers
+
+NO_SMTP = "smtp://127.0.0.1:9?tls=none"
+FROM = "News <news@example.org>"
+PAST = "2020-01-01T09:00:00+00:00"
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *mentions: str) -> str:
+    """Non-zero exit, one stderr line naming `mentions`, no traceback, no internal error."""
+    assert proc.returncode != 0, f"expected a failure, got exit 0\nstdout: {proc.stdout}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected ONE line on stderr, got {len(lines)}:\n{proc.stderr}"
+    assert "internal error" not in lines[0], lines[0]
+    for word in mentions:
+        assert word.lower() in lines[0].lower(), f"{word!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def env(db_url: str) -> dict[str, str]:
+    return worker_env(db_url, NO_SMTP)
+
+
+@pytest.fixture
+def serve(db_url: str) -> Iterator[ServerFactory]:
+    yield from servers(db_url)
+
+
+def create(
+    env: dict[str, str], tmp_path: Path, *extra: str, text: str = "Hi {{ subscriber.name }}\n"
+) -> subprocess.CompletedProcess[str]:
+    body = tmp_path / "body.txt"
+    body.write_text(text, encoding="utf-8")
+    fields = ["--name", "Spring", "--list", "news", "--subject", "Hello", "--from", FROM]
+    return senddock(env, "campaign", "create", *fields, "--text-file", str(body), *extra)
+
+
+def created(env: dict[str, str], tmp_path: Path, *extra: str, **kw: str) -> int:
+    return int(ok(create(env, tmp_path, *extra, **kw)).stdout)
+
+
+def campaigns_count(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) AS n FROM campaigns").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def api(server: Server, db_url: str) -> Any:
+    return server.client(make_token(db_url))
+
+
+# -- 4. send of a cancelled campaign -------------------------------------------------------
+
+
+def test_send_of_a_cancelled_campaign_says_cancelled_and_fails(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com", "bob@example.com"])
+    cid = created(env, tmp_path)
+    ok(senddock(env, "campaign", "send", str(cid)))
+    ok(senddock(env, "campaign", "cancel", str(cid)))
+    line = one_line_error(senddock(env, "campaign", "send", str(cid)), "cancelled", str(cid))
+    assert "already sent" not in line
+    draft = created(env, tmp_path)
+    ok(senddock(env, "campaign", "cancel", str(draft)))
+    one_line_error(senddock(env, "campaign", "send", str(draft)), "cancelled")
+    assert status(conn, cid)["cancelled"] == 2
+    row = conn.execute("SELECT count(*) AS n FROM broadcasts").fetchone()
+    assert row == {"n": 1}
+
+
+def test_the_api_answers_409_to_sending_a_cancelled_campaign(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    body = {"name": "S", "lists": ["news"], "subject": "H", "from_addr": FROM, "text_body": "x"}
+    with api(serve(workers=False), db_url) as c:
+        cid = c.post("/api/v1/campaigns", json=body).json()["id"]
+        assert c.post(f"/api/v1/campaigns/{cid}/send").status_code == 202
+        assert c.post(f"/api/v1/campaigns/{cid}/cancel").status_code == 200
+        again = c.post(f"/api/v1/campaigns/{cid}/send")
+        assert again.status_code == 409, again.text
+        assert "cancelled" in again.json()["error"]["message"]
+
+
+# -- 5. send with no worker running --------------------------------------------------------
+
+
+def test_send_with_no_live_worker_warns_that_nothing_will_be_sent(
+    db_url: str, env: dict[str, str], conn: Conn, tmp_path: Path, catcher: Catcher
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    first, second = created(env, tmp_path), created(env, tmp_path)
+    # A worker that died without deregistering: its row is there, its heartbeat is old.
+    conn.execute(
+        "INSERT INTO workers (host, boot_id, pid, pid_started, concurrency, heartbeat_at)"
+        " VALUES ('gone', '', 1, '', 5, now() - interval '1 hour')"
+    )
+    proc = ok(senddock(env, "campaign", "send", str(first)))
+    assert "no worker is running" in proc.stderr and "senddock worker" in proc.stderr
+    assert "started" in proc.stdout
+    with ThreadWorker(db_url, catcher.url):
+        assert wait_until(lambda: status(conn, first)["status"] == "sent")
+        quiet = ok(senddock(worker_env(db_url, catcher.url), "campaign", "send", str(second)))
+    assert "worker" not in quiet.stderr, quiet.stderr
+
+
+def test_the_api_send_reports_live_workers_and_warns_when_there_are_none(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    body = {"name": "S", "lists": ["news"], "subject": "H", "from_addr": FROM, "text_body": "x"}
+    with api(serve(workers=False), db_url) as c:
+        cid = c.post("/api/v1/campaigns", json=body).json()["id"]
+        sent = c.post(f"/api/v1/campaigns/{cid}/send")
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["workers_live"] == 0
+        assert "no worker is running" in sent.json()["warning"]
