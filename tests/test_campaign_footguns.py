@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,52 @@ def campaigns_count(conn: Conn) -> int:
 
 def api(server: Server, db_url: str) -> Any:
     return server.client(make_token(db_url))
+
+
+# -- 1. a send time in the past ------------------------------------------------------------
+
+
+def test_a_send_time_in_the_past_is_refused_rather_than_sent_at_once(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    cid = created(env, tmp_path)
+    line = one_line_error(senddock(env, "campaign", "schedule", str(cid), PAST), "past")
+    assert "campaign send" in line
+    row = conn.execute("SELECT status, send_at FROM campaigns WHERE id = %s", (cid,)).fetchone()
+    assert row == {"status": "draft", "send_at": None}
+
+    one_line_error(create(env, tmp_path, "--send-at", PAST), "past", "campaign send")
+    one_line_error(create(env, tmp_path, "--send-at", ""), "send-at")
+    for bad in ("0001-01-01T00:00", "0001-01-01T00:00+05:00", "tomorrow at nine"):
+        one_line_error(create(env, tmp_path, "--send-at", bad))
+        one_line_error(senddock(env, "campaign", "schedule", str(cid), bad))
+    assert campaigns_count(conn) == 1  # none of those made a campaign
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    assert created(env, tmp_path, "--send-at", later) > cid
+
+
+def test_the_api_refuses_a_send_time_in_the_past_naming_the_field(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    body = {
+        "name": "Spring",
+        "lists": ["news"],
+        "subject": "Hello",
+        "from_addr": FROM,
+        "text_body": "Hi\n",
+    }
+    with api(serve(workers=False), db_url) as c:
+        refused = c.post("/api/v1/campaigns", json={**body, "send_at": PAST})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "send_at"
+        assert "past" in refused.json()["error"]["message"]
+        assert campaigns_count(conn) == 0
+        cid = c.post("/api/v1/campaigns", json=body).json()["id"]
+        late = c.post(f"/api/v1/campaigns/{cid}/schedule", json={"at": PAST})
+        assert late.status_code == 422 and late.json()["error"]["field"] == "at", late.text
+        assert status(conn, cid)["status"] == "draft"
 
 
 # -- 4. send of a cancelled campaign -------------------------------------------------------

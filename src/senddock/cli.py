@@ -208,7 +208,9 @@ def create_cmd(
         raise click.UsageError("give --text-file, --html-file or both")
     text = _read(text_file, "text file")
     html = _read(html_file, "html file")
+    when = _send_at(send_at)
     with db() as conn:
+        campaigns.refuse_past(conn, when)
         cid = campaigns.create_campaign(
             conn,
             name=name,
@@ -218,7 +220,7 @@ def create_cmd(
             text_body=text,
             html_body=html,
             reply_to=reply_to,
-            send_at=_when(send_at) if send_at else None,
+            send_at=when,
         )
     click.echo(cid)
 
@@ -517,7 +519,19 @@ def _when(text: str) -> datetime:
         at = datetime.fromisoformat(text)
     except ValueError as exc:
         raise Fail(f"not an ISO 8601 time: {text!r} (e.g. 2026-06-01T09:00+02:00)") from exc
-    return at if at.tzinfo is not None else at.astimezone()
+    try:
+        return at if at.tzinfo is not None else at.astimezone()
+    except (ValueError, OverflowError) as exc:  # year 1 in local time can fall in year 0
+        raise Fail(f"cannot use the time {text!r}: {exc}") from exc
+
+
+def _send_at(text: str | None) -> datetime | None:
+    """--send-at: None when not given; an empty value is an error, not "unscheduled"."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise Fail("--send-at is empty: give an ISO 8601 time, or leave --send-at out")
+    return _when(text)
 
 
 def _attributes(pairs: tuple[str, ...], as_json: str | None) -> dict[str, Any] | None:
@@ -548,6 +562,7 @@ def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
         raise click.UsageError("give a time AT, or --clear")
     when = None if clear else _when(str(at))
     with db() as conn:
+        campaigns.refuse_past(conn, when)
         campaigns.schedule(conn, campaign_id, when)
     if when is None:
         click.echo(f"campaign {campaign_id} unscheduled")

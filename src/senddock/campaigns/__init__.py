@@ -11,17 +11,19 @@ from senddock.campaigns.campaigns import (
     status,
 )
 from senddock.campaigns.recipients import recipients, retry_failed
-from senddock.campaigns.scheduler import run_due, schedule
+from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, schedule
 
 __all__ = [
     "CampaignError",
     "NothingToSend",
+    "SendTimeInPast",
     "UnknownCampaign",
     "broadcast",
     "cancel",
     "create_campaign",
     "pause",
     "recipients",
+    "refuse_past",
     "resume",
     "retry_failed",
     "run_due",

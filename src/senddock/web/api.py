@@ -12,6 +12,7 @@ import email.policy
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,6 +62,13 @@ Search = Annotated[
 
 def _status(conn: Conn, campaign_id: int) -> s.CampaignStatus:
     return s.CampaignStatus(**campaigns.status(conn, campaign_id))
+
+
+def _refuse_past(conn: Conn, at: datetime | None, field: str) -> None:
+    try:
+        campaigns.refuse_past(conn, at)
+    except campaigns.SendTimeInPast as exc:
+        raise ApiError(422, str(exc), field) from exc
 
 
 def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
@@ -262,6 +270,7 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
         raise ApiError(422, "give text_body, html_body or both", "text_body")
     if body.send_at is not None and body.send_at.tzinfo is None:
         raise ApiError(422, "send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "send_at")
+    _refuse_past(conn, body.send_at, "send_at")
     cid = campaigns.create_campaign(
         conn,
         name=body.name,
@@ -341,6 +350,7 @@ def schedule_campaign(conn: Db, campaign_id: CampaignId, body: s.ScheduleIn) -> 
     """Send a draft at `at` (with a time zone); null unschedules."""
     if body.at is not None and body.at.tzinfo is None:
         raise ApiError(422, "at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "at")
+    _refuse_past(conn, body.at, "at")
     campaigns.schedule(conn, campaign_id, body.at)
     return _status(conn, campaign_id)
 
