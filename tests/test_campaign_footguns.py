@@ -5,6 +5,7 @@ Each test is named for the promise it checks; each failed before its fix (see th
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ from senddock.testing import Catcher
 from support import (
     Conn,
     ThreadWorker,
+    paced,
     seed_list,
     senddock,
     wait_until,
@@ -127,6 +129,33 @@ def test_the_api_refuses_a_send_time_in_the_past_naming_the_field(
         assert status(conn, cid)["status"] == "draft"
 
 
+# -- 2. cancel says what it cancelled ------------------------------------------------------
+
+
+def test_cancel_counts_the_jobs_claimed_but_not_started_as_cancelled(
+    db_url: str, conn: Conn, tmp_path: Path
+) -> None:
+    emails = [f"r{n}@example.com" for n in range(400)]
+    seed_list(conn, "news", emails)
+    with paced(0.1) as relay:
+        env = worker_env(db_url, relay.url)
+        cid = created(env, tmp_path)
+        ok(senddock(env, "campaign", "send", str(cid)))
+        with ThreadWorker(db_url, relay.url, concurrency=2):
+            # Senders hold whole batches: one message in flight each, the rest claimed.
+            assert wait_until(
+                lambda: status(conn, cid)["sending"] > 20 and relay.received_count() >= 2
+            )
+            out = ok(senddock(env, "campaign", "cancel", str(cid))).stdout
+            assert wait_until(lambda: status(conn, cid)["sending"] == 0, 30)
+        final = status(conn, cid)
+    said = re.search(r"(\d+) messages? will not be sent", out)
+    assert said, out
+    assert int(said.group(1)) == final["cancelled"], (out, final)
+    assert final["sent"] + final["cancelled"] == final["total"] == 400
+    assert "in flight" in out, out
+
+
 # -- 4. send of a cancelled campaign -------------------------------------------------------
 
 
@@ -194,3 +223,18 @@ def test_the_api_send_reports_live_workers_and_warns_when_there_are_none(
         assert sent.status_code == 202, sent.text
         assert sent.json()["workers_live"] == 0
         assert "no worker is running" in sent.json()["warning"]
+
+
+# -- singular and plural -------------------------------------------------------------------
+
+
+def test_messages_about_one_recipient_say_recipient(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    cid = created(env, tmp_path)
+    sent = ok(senddock(env, "campaign", "send", str(cid)))
+    assert "1 recipient " in sent.stdout or "1 recipient)" in sent.stdout, sent.stdout
+    assert "1 recipients" not in sent.stdout + sent.stderr
+    cancelled = ok(senddock(env, "campaign", "cancel", str(cid))).stdout
+    assert "1 message will not be sent" in cancelled, cancelled

@@ -300,8 +300,12 @@ def resume_cmd(campaign_id: int) -> None:
 def cancel_cmd(campaign_id: int) -> None:
     """Cancel every message not yet sent; messages in flight finish."""
     with db() as conn:
-        n = campaigns.cancel(conn, campaign_id)
-    click.echo(f"campaign {campaign_id} cancelled ({n} messages will not be sent)")
+        done = campaigns.cancel_and_settle(conn, campaign_id)
+    click.echo(
+        f"campaign {campaign_id} cancelled: {_n(done.cancelled, 'message')}"
+        f" will not be sent; {done.in_flight} in flight when cancelled"
+        f" (their outcome still lands); {done.sent} sent"
+    )
 
 
 @cli.command("workers")

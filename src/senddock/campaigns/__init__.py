@@ -3,8 +3,10 @@
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import (
     CampaignError,
+    CancelReport,
     UnknownCampaign,
     cancel,
+    cancel_and_settle,
     create_campaign,
     pause,
     resume,
@@ -15,11 +17,13 @@ from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, s
 
 __all__ = [
     "CampaignError",
+    "CancelReport",
     "NothingToSend",
     "SendTimeInPast",
     "UnknownCampaign",
     "broadcast",
     "cancel",
+    "cancel_and_settle",
     "create_campaign",
     "pause",
     "recipients",

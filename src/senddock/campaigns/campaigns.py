@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import email.utils
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -203,7 +205,13 @@ WHERE broadcast_id = %s AND status IN ('pending', 'retry')
 
 
 def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
-    """Cancel every job not yet sent; messages in flight finish. The number cancelled."""
+    """Cancel every job not yet claimed; messages in flight finish. The number cancelled now
+    (claims workers give back later are cancelled then: `cancel_and_settle` counts them)."""
+    return _cancel(conn, campaign_id)[0]
+
+
+def _cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tuple[int, int]:
+    """(jobs cancelled now, jobs held by workers at that moment)."""
     with conn.transaction():
         c = _lock(conn, campaign_id)
         if c["status"] in ("sent", "cancelled"):
@@ -213,14 +221,43 @@ def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
             (campaign_id,),
         )
         if c["broadcast_id"] is None:
-            return 0
+            return 0, 0
         conn.execute(
             "UPDATE broadcasts SET status = 'cancelled', finished_at = now() WHERE id = %s",
             (c["broadcast_id"],),
         )
         n = conn.execute(CANCEL_JOBS, (c["broadcast_id"],)).rowcount
+        held = conn.execute(
+            "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
+            " AND status = 'sending'",
+            (c["broadcast_id"],),
+        ).fetchone()
         conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
-        return n
+        return n, int(held["n"]) if held else 0
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What a cancel did, once workers gave back the claims they had not started."""
+
+    cancelled: int  # jobs that will not be sent
+    in_flight: int  # being sent at the cancel: their outcome (sent, failed) still lands
+    sent: int  # sent before it (and in flight since)
+
+
+def cancel_and_settle(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, wait: float = 5.0
+) -> CancelReport:
+    """Cancel, then wait (at most `wait` s) until no job is held, so that the claims workers
+    held but had not started, which they give back on the cancel's NOTIFY, count as cancelled
+    (queue.FINISH cancels them) rather than as in flight."""
+    now, held = _cancel(conn, campaign_id)
+    st, deadline = status(conn, campaign_id), time.monotonic() + wait
+    while st["sending"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        st = status(conn, campaign_id)
+    given_back = st["cancelled"] - now  # held, unstarted, cancelled once given back
+    return CancelReport(st["cancelled"], max(0, held - given_back), st["sent"])
 
 
 def pause(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:

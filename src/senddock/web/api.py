@@ -371,8 +371,10 @@ def resume_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
 @router.post("/campaigns/{campaign_id}/cancel", tags=["campaigns"], response_model=s.Cancelled)
 def cancel_campaign(conn: Db, campaign_id: CampaignId) -> s.Cancelled:
     """Cancel every message not yet sent; messages in flight finish."""
-    n = campaigns.cancel(conn, campaign_id)
-    return s.Cancelled(cancelled=n, campaign=_status(conn, campaign_id))
+    done = campaigns.cancel_and_settle(conn, campaign_id)
+    return s.Cancelled(
+        cancelled=done.cancelled, in_flight=done.in_flight, campaign=_status(conn, campaign_id)
+    )
 
 
 @router.post("/campaigns/{campaign_id}/retry-failed", tags=["campaigns"], response_model=s.Requeued)

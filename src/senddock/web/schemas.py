@@ -261,7 +261,10 @@ class ScheduleIn(Strict):
 
 
 class Cancelled(BaseModel):
-    cancelled: int
+    cancelled: int = Field(description="Messages that will not be sent")
+    in_flight: int = Field(
+        default=0, description="Being sent when cancelled: their outcome still lands"
+    )
     campaign: CampaignStatus
 
 
