@@ -5,6 +5,8 @@ Each test is named for the promise it checks; each failed before its fix (see th
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from senddock.campaigns import status
+from senddock.delivery import queue
 from senddock.testing import Catcher
 from support import (
     Conn,
@@ -156,6 +159,29 @@ def test_cancel_counts_the_jobs_claimed_but_not_started_as_cancelled(
     assert "in flight" in out, out
 
 
+# -- 3. status of a cancelled campaign -----------------------------------------------------
+
+
+def test_status_of_a_cancelled_campaign_says_cancelled_with_sent_and_cancelled_counts(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", [f"r{n}@example.com" for n in range(10)])
+    cid = created(env, tmp_path)
+    ok(senddock(env, "campaign", "send", str(cid)))
+    bid = status(conn, cid)["broadcast_id"]
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sent', sent_at = now() WHERE id IN"
+        " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT 3)",
+        (bid,),
+    )
+    ok(senddock(env, "campaign", "cancel", str(cid)))
+    out = ok(senddock(env, "campaign", "status", str(cid))).stdout
+    head = out.splitlines()[0]
+    assert "cancelled" in head, out
+    assert re.search(r"\b3 sent\b", head) and re.search(r"\b7 cancelled\b", head), out
+    assert "100" not in out and "done" not in out, out
+
+
 # -- 4. send of a cancelled campaign -------------------------------------------------------
 
 
@@ -223,6 +249,78 @@ def test_the_api_send_reports_live_workers_and_warns_when_there_are_none(
         assert sent.status_code == 202, sent.text
         assert sent.json()["workers_live"] == 0
         assert "no worker is running" in sent.json()["warning"]
+
+
+# -- 6. reasons, schedule and --watch in status; reasons in recipients ---------------------
+
+
+def test_recipients_and_status_show_the_reason_of_a_failure_with_no_smtp_code(
+    db_url: str, env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com", "bob@example.com", "cy@example.com"])
+    cid = created(env, tmp_path)
+    ok(senddock(env, "campaign", "send", str(cid)))
+    with ThreadWorker(db_url, NO_SMTP):  # nothing listens: connection refused, no code
+        assert wait_until(lambda: status(conn, cid)["retry"] > 0, 30)
+    rows = ok(senddock(env, "campaign", "recipients", str(cid))).stdout
+    tried = conn.execute(
+        "SELECT email, last_stage, last_reply FROM broadcast_jobs WHERE status = 'retry'"
+    ).fetchall()
+    assert tried and all(t["last_reply"] for t in tried), tried
+    by_address = {line.split()[0]: line for line in rows.splitlines()}
+    for t in tried:
+        line = by_address[t["email"]]
+        assert " ".join(t["last_reply"].split()) in line and t["last_stage"] in line, line
+
+    # A worker that died mid-attempt: its jobs are rescued with the reason and no code.
+    bid = status(conn, cid)["broadcast_id"]
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sending', owner = 4242, attempts = 1"
+        " WHERE broadcast_id = %s AND email = 'ada@example.com'",
+        (bid,),
+    )
+
+    async def rescue() -> int:
+        aconn = await queue_conn(db_url)
+        async with aconn:
+            return await queue.rescue(aconn, [4242], 5)
+
+    assert asyncio.run(rescue()) == 1
+    out = ok(senddock(env, "campaign", "status", str(cid))).stdout
+    assert "worker 4242 died" in out, out
+    rows = ok(senddock(env, "campaign", "recipients", str(cid))).stdout
+    assert re.search(r"ada@example.com .*worker 4242 died", rows), rows
+
+
+async def queue_conn(url: str) -> Any:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    return await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
+
+
+def test_status_shows_when_a_scheduled_campaign_will_be_sent(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    cid = created(env, tmp_path, "--send-at", "2099-01-01T09:00:00+00:00")
+    out = ok(senddock(env, "campaign", "status", str(cid))).stdout
+    assert "scheduled" in out and "2099-01-01" in out, out
+    js = json.loads(ok(senddock(env, "campaign", "status", str(cid), "--json")).stdout)
+    assert js["send_at"].startswith("2099-01-01"), js
+
+
+def test_status_watch_ends_with_the_final_counts_once_the_campaign_is_finished(
+    db_url: str, conn: Conn, catcher: Catcher, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com", "bob@example.com"])
+    env = worker_env(db_url, catcher.url)
+    cid = created(env, tmp_path)
+    ok(senddock(env, "campaign", "send", str(cid)))
+    with ThreadWorker(db_url, catcher.url):
+        assert wait_until(lambda: status(conn, cid)["status"] == "sent")
+    proc = ok(senddock(env, "campaign", "status", str(cid), "--watch", timeout=30))
+    assert "sent" in proc.stdout and re.search(r"\bsent\s+2\b", proc.stdout), proc.stdout
 
 
 # -- singular and plural -------------------------------------------------------------------

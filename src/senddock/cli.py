@@ -258,23 +258,89 @@ def _n(count: int, noun: str) -> str:
 @campaign.command("status")
 @click.argument("campaign_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
-def status_cmd(campaign_id: int, as_json: bool) -> None:
+@click.option("--watch", is_flag=True, help="Refresh every second until it is sent or cancelled.")
+def status_cmd(campaign_id: int, as_json: bool, watch: bool) -> None:
     """Exact counts, read from the queue."""
+    if watch and as_json:
+        raise click.UsageError("--watch and --json do not go together")
     with db() as conn:
         st = campaigns.status(conn, campaign_id)
+        if watch:
+            st = _watch(conn, campaign_id, st)
     if as_json:
-        click.echo(json.dumps(st))
+        click.echo(json.dumps(st, default=_iso))
         return
-    click.echo(f"campaign {st['id']} {st['name']!r}: {st['status']}")
-    click.echo(
+    if not watch:
+        click.echo("\n".join(_status_lines(st)))
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _settled(st: dict[str, Any]) -> bool:
+    """Nothing will change without a person: sent or cancelled with nothing in flight, or an
+    unscheduled draft."""
+    if st["status"] == "draft":
+        return st["send_at"] is None
+    return st["status"] in ("sent", "cancelled") and not st["sending"]
+
+
+def _status_lines(st: dict[str, Any]) -> list[str]:
+    """`campaign status` as text: a headline, the counts, then why it waits or stopped."""
+    head = f"campaign {st['id']} {st['name']!r}: {st['status']}"
+    if st["status"] == "cancelled" and st["broadcast_id"] is not None:
+        head += (
+            f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
+            f" of {_n(st['total'], 'recipient')}"
+        )
+        if st["sending"]:
+            head += f"; {st['sending']} in flight: their outcome still lands"
+        head += ")"
+    elif st["status"] == "draft" and st["send_at"] is not None:
+        head += f", scheduled for {_iso(st['send_at'])}"
+    lines = [
+        head,
         "  total {total}  pending {pending}  sending {sending}  retry {retry}  sent {sent}"
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
-        " rejected {rejected})  cancelled {cancelled}".format(**st)
-    )
+        " rejected {rejected})  cancelled {cancelled}".format(**st),
+    ]
     if not st["enqueue_done"]:
-        click.echo(f"  still enqueuing: {st['total']} recipients so far")
+        lines.append(f"  still enqueuing: {_n(st['total'], 'recipient')} so far")
     if st["pause_reason"]:
-        click.echo(f"  paused because the relay said: {st['pause_reason']}")
+        lines.append(f"  paused because the relay said: {st['pause_reason']}")
+    elif st["last_sender_fault"]:
+        lines.append(f"  last reply about us: {st['last_sender_fault']}")
+    if st["schedule_error"]:
+        lines.append(f"  not sent at its scheduled time: {st['schedule_error']}")
+    if st["last_problem"]:
+        lines.append(f"  last problem: {st['last_problem']}")
+    return lines
+
+
+def _watch(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, st: dict[str, Any]
+) -> dict[str, Any]:
+    """Show the status, refreshed every second, until the campaign settles or Ctrl-C."""
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    def view(s: dict[str, Any]) -> Text:
+        return Text("\n".join(_status_lines(s)))
+
+    console = Console(highlight=False)
+    try:
+        with Live(view(st), console=console, auto_refresh=False) as live:
+            while not _settled(st):
+                time.sleep(1.0)
+                st = campaigns.status(conn, campaign_id)
+                live.update(view(st), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    return st
 
 
 @campaign.command("pause")
@@ -417,11 +483,10 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
                 continue
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
-            code = " ".join(str(r[k]) for k in ("last_code", "last_enhanced") if r[k])
-            reply = " ".join(str(r["last_reply"] or "").split())
+            reply = campaigns.reply_summary(r)
             click.echo(
                 f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
-                f"  {r['message_id']}" + (f"  last reply: {code} {reply}".rstrip() if code else "")
+                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "")
             )
 
 

@@ -9,6 +9,7 @@ from senddock.campaigns.campaigns import (
     cancel_and_settle,
     create_campaign,
     pause,
+    reply_summary,
     resume,
     status,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "pause",
     "recipients",
     "refuse_past",
+    "reply_summary",
     "resume",
     "retry_failed",
     "run_due",

@@ -112,10 +112,18 @@ FROM broadcast_jobs WHERE broadcast_id = %s
 # The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py).
 STATUS = """
 SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
-       b.final_counts,
+       b.final_counts, c.send_at, c.schedule_error,
        b.status = 'cancelled' OR NOT EXISTS (SELECT 1 FROM broadcast_enqueues e
                                           WHERE e.broadcast_id = c.broadcast_id) AS enqueue_done
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
+"""
+
+# The latest reply that held a job back or failed it, code or not ("connection refused" and
+# "worker 3 died" have none). Only retry and failed jobs are read, newest first.
+LAST_PROBLEM = """
+SELECT email, status, last_stage, last_code, last_enhanced, last_reply FROM broadcast_jobs
+WHERE broadcast_id = %s AND status IN ('retry', 'failed') AND last_reply IS NOT NULL
+ORDER BY updated_at DESC LIMIT 1
 """
 
 # A job's status, and for a failed one the reason it failed: what a recipient can show.
@@ -144,6 +152,9 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
             row = conn.execute(COUNTS, (c["broadcast_id"],)).fetchone()
             assert row is not None
             counts = {k: int(row[k]) for k in COUNT_KEYS}
+        problem = None
+        if c["broadcast_id"] is not None:
+            problem = conn.execute(LAST_PROBLEM, (c["broadcast_id"],)).fetchone()
     return {
         "id": c["id"],
         "name": c["name"],
@@ -154,7 +165,21 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.
         "enqueue_done": c["enqueue_done"],
+        # A draft's scheduled time, and why the scheduler gave up on it.
+        "send_at": c["send_at"],
+        "schedule_error": c["schedule_error"],
+        "last_problem": reply_summary(problem) if problem else None,
     }
+
+
+def reply_summary(job: dict[str, Any]) -> str:
+    """`code enhanced reply (stage)` of a job's last reply, whatever of it there is, one line."""
+    reply = " ".join(str(job.get("last_reply") or "").split())
+    enhanced = job.get("last_enhanced")
+    if enhanced and reply.startswith(str(enhanced)):
+        enhanced = None  # the reply text begins with it already
+    text = " ".join(str(p) for p in (job.get("last_code"), enhanced, reply) if p)
+    return f"{text} ({job['last_stage']})" if job.get("last_stage") else text
 
 
 def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run: bool) -> None:

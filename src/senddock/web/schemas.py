@@ -196,6 +196,13 @@ class CampaignStatus(BaseModel):
     enqueue_done: bool = Field(
         description="False while workers still enqueue a big broadcast: `total` grows until then"
     )
+    send_at: datetime | None = Field(default=None, description="A draft's scheduled time")
+    schedule_error: str | None = Field(
+        default=None, description="Why the scheduler did not send it at its time"
+    )
+    last_problem: str | None = Field(
+        default=None, description="The latest reply that held back or failed a recipient"
+    )
 
 
 class CampaignSummary(BaseModel):
