@@ -323,6 +323,36 @@ def test_status_watch_ends_with_the_final_counts_once_the_campaign_is_finished(
     assert "sent" in proc.stdout and re.search(r"\bsent\s+2\b", proc.stdout), proc.stdout
 
 
+# -- 7. list and show ----------------------------------------------------------------------
+
+
+def test_campaign_list_and_show_give_every_campaign_and_every_field(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com", "bob@example.com"])
+    seed_list(conn, "vip", ["cy@example.com"])
+    first = created(env, tmp_path, "--reply-to", "Ada <ada@example.org>", "--list", "vip")
+    second = created(env, tmp_path, "--send-at", "2099-01-01T09:00:00+00:00")
+    ok(senddock(env, "campaign", "send", str(first)))
+
+    listed = ok(senddock(env, "campaign", "list")).stdout.splitlines()
+    assert len(listed) == 3, listed  # a header and two campaigns, newest first
+    assert listed[1].split()[0] == str(second) and "draft" in listed[1]
+    assert listed[2].split()[0] == str(first) and "sending" in listed[2]
+    rows = json.loads(ok(senddock(env, "campaign", "list", "--json")).stdout)
+    assert [r["id"] for r in rows] == [second, first]
+    assert rows[1]["total"] == 3 and rows[1]["name"] == "Spring"
+
+    shown = ok(senddock(env, "campaign", "show", str(first))).stdout
+    for part in ("Hello", FROM, "Ada <ada@example.org>", "news", "vip", "sending"):
+        assert part in shown, (part, shown)
+    assert re.search(r"text body\s+\d+ bytes", shown), shown
+    data = json.loads(ok(senddock(env, "campaign", "show", str(second), "--json")).stdout)
+    assert data["lists"] == ["news"] and data["send_at"].startswith("2099-01-01")
+    assert data["text_bytes"] == len(b"Hi {{ subscriber.name }}\n") and data["html_bytes"] == 0
+    one_line_error(senddock(env, "campaign", "show", "4242"), "4242")
+
+
 # -- singular and plural -------------------------------------------------------------------
 
 

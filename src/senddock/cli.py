@@ -639,6 +639,60 @@ def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
         click.echo(f"campaign {campaign_id} will be sent at {when.isoformat()}")
 
 
+@campaign.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(as_json: bool) -> None:
+    """Every campaign, newest first: id, name, status, counts, created."""
+    from senddock.campaigns.listing import all_campaigns
+
+    with db() as conn:
+        rows = all_campaigns(conn)
+    if as_json:
+        click.echo(json.dumps(rows, default=_iso))
+        return
+    click.echo(
+        f"{'ID':>6}  {'STATUS':<9}  {'TOTAL':>7}  {'SENT':>7}  {'FAILED':>6}  {'CANCELLED':>9}"
+        f"  {'CREATED':<16}  NAME"
+    )
+    for r in rows:
+        click.echo(
+            f"{r['id']:>6}  {r['status']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
+            f"  {r['cancelled']:>9}  {r['created_at']:%Y-%m-%d %H:%M}  {r['name']}"
+        )
+
+
+@campaign.command("show")
+@click.argument("campaign_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+def show_cmd(campaign_id: int, as_json: bool) -> None:
+    """A campaign's fields: subject, from, reply-to, lists, schedule, body sizes."""
+    from senddock.campaigns.listing import show
+
+    with db() as conn:
+        c = show(conn, campaign_id)
+    if as_json:
+        click.echo(json.dumps(c, default=_iso))
+        return
+    when = _iso(c["send_at"]) if c["send_at"] else "not scheduled"
+    fields = [
+        ("name", c["name"]),
+        ("status", c["status"]),
+        ("subject", c["subject"]),
+        ("from", c["from_addr"]),
+        ("reply-to", c["reply_to"] or "-"),
+        ("lists", ", ".join(c["lists"])),
+        ("send at", when + (f" (not sent: {c['schedule_error']})" if c["schedule_error"] else "")),
+        ("broadcast", c["broadcast_id"] or "-"),
+        ("text body", _n(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
+        ("html body", _n(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
+        ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
+        ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
+    ]
+    click.echo(f"campaign {c['id']}")
+    for key, value in fields:
+        click.echo(f"  {key:<10} {value}")
+
+
 @campaign.command("test")
 @click.argument("campaign_id", type=int)
 @click.option("--to", "addresses", required=True, multiple=True, help="Repeat for more.")
