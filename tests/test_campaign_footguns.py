@@ -353,6 +353,42 @@ def test_campaign_list_and_show_give_every_campaign_and_every_field(
     one_line_error(senddock(env, "campaign", "show", "4242"), "4242")
 
 
+# -- 8. preview for someone who is not a recipient -----------------------------------------
+
+
+def test_preview_for_an_address_not_on_the_campaigns_lists_is_refused(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    seed_list(conn, "other", ["bob@example.com"])
+    cid = created(env, tmp_path)
+    assert (
+        "Name 1"
+        in ok(senddock(env, "campaign", "preview", str(cid), "--to", "ADA@example.com")).stdout
+    )
+    for stranger in ("nobody@example.com", "bob@example.com"):
+        one_line_error(
+            senddock(env, "campaign", "preview", str(cid), "--to", stranger),
+            stranger,
+            "subscriber",
+            "(news)",
+        )
+
+
+def test_the_api_refuses_a_preview_for_an_address_not_on_the_lists_naming_the_field(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    body = {"name": "S", "lists": ["news"], "subject": "H", "from_addr": FROM, "text_body": "x"}
+    with api(serve(workers=False), db_url) as c:
+        cid = c.post("/api/v1/campaigns", json=body).json()["id"]
+        url = f"/api/v1/campaigns/{cid}/preview"
+        assert c.get(url, params={"to": "ada@example.com"}).status_code == 200
+        refused = c.get(url, params={"to": "nobody@example.com"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "to"
+
+
 # -- singular and plural -------------------------------------------------------------------
 
 

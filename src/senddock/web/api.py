@@ -298,7 +298,7 @@ def preview_campaign(
     campaign_id: CampaignId,
     to: Annotated[str, Query(min_length=1, max_length=320, pattern=r"^[^\x00\r\n]*$")],
 ) -> s.Preview:
-    """The message `to` would get, rendered now (as their subscriber if they are one)."""
+    """The message `to`, a subscriber on the campaign's lists, would get, rendered now."""
     data = compose.preview(conn, campaign_id, to, request.app.state.link_settings)
     msg = email.message_from_bytes(data, policy=email.policy.default)
     headers: dict[str, str] = {}
