@@ -389,6 +389,68 @@ def test_the_api_refuses_a_preview_for_an_address_not_on_the_lists_naming_the_fi
         assert refused.json()["error"]["field"] == "to"
 
 
+# -- 9. template names checked at create ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "undefined"),
+    [
+        ("Hi {{ subscriber.nmae }}\n", "nmae"),
+        ("Hi\n\nleave: {{ unsubscribe_ur }}\n", "unsubscribe_ur"),
+        ("{% if subscriber.emial %}x{% endif %}\n", "emial"),
+    ],
+)
+def test_create_refuses_a_misspelt_name_in_a_template_naming_part_line_and_name(
+    text: str, undefined: str, env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    line = one_line_error(create(env, tmp_path, text=text), "text", undefined)
+    assert f"line {text.count(chr(10), 0, text.index(undefined)) + 1}" in line, line
+    seed_list(conn, "empty", [])
+    body = tmp_path / "b.txt"
+    body.write_text(text, encoding="utf-8")
+    nobody = senddock(
+        env, "campaign", "create", "--name", "N", "--list", "empty", "--subject", "S",
+        "--from", FROM, "--text-file", str(body),
+    )  # fmt: skip
+    one_line_error(nobody, undefined)
+    assert campaigns_count(conn) == 0
+
+
+def test_create_checks_templates_against_real_subscribers_and_allows_a_missing_attribute(
+    env: dict[str, str], conn: Conn, tmp_path: Path
+) -> None:
+    seed_list(conn, "news", ["ada@example.com", "bob@example.com"])
+    conn.execute(
+        "UPDATE subscribers SET attributes = '{\"city\": \"Oslo\"}' WHERE email = 'ada@example.com'"
+    )
+    created(env, tmp_path, text="From {{ subscriber.attributes.city }} {{ attributes.zip }}\n")
+    subject = senddock(
+        env, "campaign", "create", "--name", "N", "--list", "news", "--subject",
+        "Hi {{ subscriber.fullname }}", "--from", FROM, "--text-file", str(tmp_path / "body.txt"),
+    )  # fmt: skip
+    one_line_error(subject, "subject", "fullname")
+
+
+def test_the_api_refuses_a_misspelt_template_name_at_create(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.com"])
+    body = {
+        "name": "S",
+        "lists": ["news"],
+        "subject": "H",
+        "from_addr": FROM,
+        "text_body": "Hi {{ subscriber.nmae }}",
+    }
+    with api(serve(workers=False), db_url) as c:
+        refused = c.post("/api/v1/campaigns", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "text_body"
+        assert "nmae" in refused.json()["error"]["message"]
+    assert campaigns_count(conn) == 0
+
+
 # -- singular and plural -------------------------------------------------------------------
 
 

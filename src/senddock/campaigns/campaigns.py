@@ -13,6 +13,7 @@ import psycopg
 
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
+from senddock.campaigns.template_check import check_names
 from senddock.delivery.queue import FINISH, NOTIFY_CHANNEL
 from senddock.messages import check_header, compile_message
 
@@ -54,6 +55,8 @@ def create_campaign(
     if not names:
         raise CampaignError("a campaign needs at least one list")
     list_ids = [find_list(conn, n) for n in names]  # UnknownList
+    # A misspelt name would render empty for everyone: TemplateProblem with part and line.
+    check_names(conn, list_ids, subject, text_body, html_body)
     with conn.transaction():
         cid = _insert(
             conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
