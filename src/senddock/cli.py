@@ -297,7 +297,9 @@ def create_cmd(
         raise click.UsageError("give --text-file, --html-file or both")
     text = _read(text_file, "text file")
     html = _read(html_file, "html file")
+    when = _send_at(send_at)
     with db() as conn:
+        campaigns.refuse_past(conn, when)
         cid = campaigns.create_campaign(
             conn,
             name=name,
@@ -307,7 +309,7 @@ def create_cmd(
             text_body=text,
             html_body=html,
             reply_to=reply_to,
-            send_at=_when(send_at) if send_at else None,
+            send_at=when,
         )
     click.echo(cid)
 
@@ -316,43 +318,124 @@ def create_cmd(
 @click.argument("campaign_id", type=int)
 def send_cmd(campaign_id: int) -> None:
     """Start the broadcast and return at once; workers enqueue the rest and send it."""
+    from senddock.campaigns.workers import send_warning
+
+    lease = settings().lease_seconds
     with db() as conn:
         bid, total, created = campaigns.broadcast(conn, campaign_id)
+        st = campaigns.status(conn, campaign_id)
+        warning = send_warning(conn, lease) if st["status"] == "sending" else None
     if created:
         click.echo(
-            f"campaign {campaign_id}: broadcast {bid} started ({total} recipients enqueued so"
-            " far; workers enqueue the rest; see `campaign status`)"
+            f"campaign {campaign_id}: broadcast {bid} started ({_n(total, 'recipient')} enqueued"
+            " so far; workers enqueue the rest; see `campaign status`)"
         )
     else:
-        click.echo(f"campaign {campaign_id}: already sent as broadcast {bid} ({total} recipients)")
+        click.echo(
+            f"campaign {campaign_id}: already {st['status']} as broadcast {bid}"
+            f" ({_n(total, 'recipient')})"
+        )
+    if warning:
+        click.echo(f"senddock: warning: {warning}", err=True)
+
+
+def _n(count: int, noun: str) -> str:
+    """`1 recipient`, `2 recipients`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @campaign.command("status")
 @click.argument("campaign_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def status_cmd(campaign_id: int, as_json: bool) -> None:
+@click.option("--watch", is_flag=True, help="Refresh every second until it is sent or cancelled.")
+def status_cmd(campaign_id: int, as_json: bool, watch: bool) -> None:
     """Exact counts, read from the queue."""
+    if watch and as_json:
+        raise click.UsageError("--watch and --json do not go together")
     with db() as conn:
         st = campaigns.status(conn, campaign_id)
+        if watch:
+            st = _watch(conn, campaign_id, st)
     if as_json:
-        click.echo(json.dumps(st))
+        click.echo(json.dumps(st, default=_iso))
         return
-    click.echo(f"campaign {st['id']} {st['name']!r}: {st['status']}")
-    click.echo(
+    if not watch:
+        click.echo("\n".join(_status_lines(st)))
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _settled(st: dict[str, Any]) -> bool:
+    """Nothing will change without a person: sent or cancelled with nothing in flight, or an
+    unscheduled draft."""
+    if st["status"] == "draft":
+        return st["send_at"] is None
+    return st["status"] in ("sent", "cancelled") and not st["sending"]
+
+
+def _status_lines(st: dict[str, Any]) -> list[str]:
+    """`campaign status` as text: a headline, the counts, then why it waits or stopped."""
+    head = f"campaign {st['id']} {st['name']!r}: {st['status']}"
+    if st["status"] == "cancelled" and st["broadcast_id"] is not None:
+        head += (
+            f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
+            f" of {_n(st['total'], 'recipient')}"
+        )
+        if st["sending"]:
+            head += f"; {st['sending']} in flight: their outcome still lands"
+        head += ")"
+    elif st["status"] == "draft" and st["send_at"] is not None:
+        head += f", scheduled for {_iso(st['send_at'])}"
+    lines = [
+        head,
         "  total {total}  pending {pending}  sending {sending}  retry {retry}  sent {sent}"
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
-        " rejected {rejected})  cancelled {cancelled}".format(**st)
-    )
+        " rejected {rejected})  cancelled {cancelled}".format(**st),
+    ]
     if not st["enqueue_done"]:
-        click.echo(f"  still enqueuing: {st['total']} recipients so far")
+        lines.append(f"  still enqueuing: {_n(st['total'], 'recipient')} so far")
     if st["pause_reason"]:
-        click.echo(f"  paused because the relay said: {st['pause_reason']}")
+        lines.append(f"  paused because the relay said: {st['pause_reason']}")
+    elif st["last_sender_fault"]:
+        lines.append(f"  last reply about us: {st['last_sender_fault']}")
+    if st["schedule_error"]:
+        lines.append(f"  not sent at its scheduled time: {st['schedule_error']}")
+    if st["last_problem"]:
+        lines.append(f"  last problem: {st['last_problem']}")
     if st["worker_deaths"]:
         n = st["worker_deaths"]
-        click.echo(
+        lines.append(
             f"  {n} worker process{'es' if n != 1 else ''} died holding its messages;"
             f" the last: {st['last_worker_death']}"
         )
+    return lines
+
+
+def _watch(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, st: dict[str, Any]
+) -> dict[str, Any]:
+    """Show the status, refreshed every second, until the campaign settles or Ctrl-C."""
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    def view(s: dict[str, Any]) -> Text:
+        return Text("\n".join(_status_lines(s)))
+
+    console = Console(highlight=False)
+    try:
+        with Live(view(st), console=console, auto_refresh=False) as live:
+            while not _settled(st):
+                time.sleep(1.0)
+                st = campaigns.status(conn, campaign_id)
+                live.update(view(st), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    return st
 
 
 @campaign.command("pause")
@@ -378,8 +461,12 @@ def resume_cmd(campaign_id: int) -> None:
 def cancel_cmd(campaign_id: int) -> None:
     """Cancel every message not yet sent; messages in flight finish."""
     with db() as conn:
-        n = campaigns.cancel(conn, campaign_id)
-    click.echo(f"campaign {campaign_id} cancelled ({n} messages will not be sent)")
+        done = campaigns.cancel_and_settle(conn, campaign_id)
+    click.echo(
+        f"campaign {campaign_id} cancelled: {_n(done.cancelled, 'message')}"
+        f" will not be sent; {done.in_flight} in flight when cancelled"
+        f" (their outcome still lands); {done.sent} sent"
+    )
 
 
 @cli.command("workers", epilog=epilog(*DB))
@@ -513,11 +600,10 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
                 continue
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
-            code = " ".join(str(r[k]) for k in ("last_code", "last_enhanced") if r[k])
-            reply = " ".join(str(r["last_reply"] or "").split())
+            reply = campaigns.reply_summary(r)
             click.echo(
                 f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
-                f"  {r['message_id']}" + (f"  last reply: {code} {reply}".rstrip() if code else "")
+                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "")
             )
 
 
@@ -633,7 +719,19 @@ def _when(text: str) -> datetime:
         at = datetime.fromisoformat(text)
     except ValueError as exc:
         raise Fail(f"not an ISO 8601 time: {text!r} (e.g. 2026-06-01T09:00+02:00)") from exc
-    return at if at.tzinfo is not None else at.astimezone()
+    try:
+        return at if at.tzinfo is not None else at.astimezone()
+    except (ValueError, OverflowError) as exc:  # year 1 in local time can fall in year 0
+        raise Fail(f"cannot use the time {text!r}: {exc}") from exc
+
+
+def _send_at(text: str | None) -> datetime | None:
+    """--send-at: None when not given; an empty value is an error, not "unscheduled"."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise Fail("--send-at is empty: give an ISO 8601 time, or leave --send-at out")
+    return _when(text)
 
 
 def _attributes(pairs: tuple[str, ...], as_json: str | None) -> dict[str, Any] | None:
@@ -664,11 +762,66 @@ def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
         raise click.UsageError("give a time AT, or --clear")
     when = None if clear else _when(str(at))
     with db() as conn:
+        campaigns.refuse_past(conn, when)
         campaigns.schedule(conn, campaign_id, when)
     if when is None:
         click.echo(f"campaign {campaign_id} unscheduled")
     else:
         click.echo(f"campaign {campaign_id} will be sent at {when.isoformat()}")
+
+
+@campaign.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(as_json: bool) -> None:
+    """Every campaign, newest first: id, name, status, counts, created."""
+    from senddock.campaigns.listing import all_campaigns
+
+    with db() as conn:
+        rows = all_campaigns(conn)
+    if as_json:
+        click.echo(json.dumps(rows, default=_iso))
+        return
+    click.echo(
+        f"{'ID':>6}  {'STATUS':<9}  {'TOTAL':>7}  {'SENT':>7}  {'FAILED':>6}  {'CANCELLED':>9}"
+        f"  {'CREATED':<16}  NAME"
+    )
+    for r in rows:
+        click.echo(
+            f"{r['id']:>6}  {r['status']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
+            f"  {r['cancelled']:>9}  {r['created_at']:%Y-%m-%d %H:%M}  {r['name']}"
+        )
+
+
+@campaign.command("show")
+@click.argument("campaign_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+def show_cmd(campaign_id: int, as_json: bool) -> None:
+    """A campaign's fields: subject, from, reply-to, lists, schedule, body sizes."""
+    from senddock.campaigns.listing import show
+
+    with db() as conn:
+        c = show(conn, campaign_id)
+    if as_json:
+        click.echo(json.dumps(c, default=_iso))
+        return
+    when = _iso(c["send_at"]) if c["send_at"] else "not scheduled"
+    fields = [
+        ("name", c["name"]),
+        ("status", c["status"]),
+        ("subject", c["subject"]),
+        ("from", c["from_addr"]),
+        ("reply-to", c["reply_to"] or "-"),
+        ("lists", ", ".join(c["lists"])),
+        ("send at", when + (f" (not sent: {c['schedule_error']})" if c["schedule_error"] else "")),
+        ("broadcast", c["broadcast_id"] or "-"),
+        ("text body", _n(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
+        ("html body", _n(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
+        ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
+        ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
+    ]
+    click.echo(f"campaign {c['id']}")
+    for key, value in fields:
+        click.echo(f"  {key:<10} {value}")
 
 
 @campaign.command("test")

@@ -3,25 +3,33 @@
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import (
     CampaignError,
+    CancelReport,
     UnknownCampaign,
     cancel,
+    cancel_and_settle,
     create_campaign,
     pause,
+    reply_summary,
     resume,
     status,
 )
 from senddock.campaigns.recipients import recipients, retry_failed
-from senddock.campaigns.scheduler import run_due, schedule
+from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, schedule
 
 __all__ = [
     "CampaignError",
+    "CancelReport",
     "NothingToSend",
+    "SendTimeInPast",
     "UnknownCampaign",
     "broadcast",
     "cancel",
+    "cancel_and_settle",
     "create_campaign",
     "pause",
     "recipients",
+    "refuse_past",
+    "reply_summary",
     "resume",
     "retry_failed",
     "run_due",

@@ -154,6 +154,11 @@ def broadcast(conn: Conn, campaign_id: int) -> tuple[int, int, bool]:
         if row is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
         if row["broadcast_id"] is not None:
+            if row["status"] == "cancelled":
+                raise CampaignError(
+                    f"campaign {campaign_id} is cancelled (broadcast {row['broadcast_id']}):"
+                    " nothing more of it will be sent"
+                )
             known = conn.execute(
                 "SELECT total FROM broadcasts WHERE id = %s", (row["broadcast_id"],)
             ).fetchone()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import email.utils
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -11,6 +13,7 @@ import psycopg
 
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
+from senddock.campaigns.template_check import check_names
 from senddock.delivery.queue import FINISH, NOTIFY_CHANNEL
 from senddock.messages import check_header, compile_message
 
@@ -52,6 +55,8 @@ def create_campaign(
     if not names:
         raise CampaignError("a campaign needs at least one list")
     list_ids = [find_list(conn, n) for n in names]  # UnknownList
+    # A misspelt name would render empty for everyone: TemplateProblem with part and line.
+    check_names(conn, list_ids, subject, text_body, html_body)
     with conn.transaction():
         cid = _insert(
             conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
@@ -110,7 +115,7 @@ FROM broadcast_jobs WHERE broadcast_id = %s
 # The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py).
 STATUS = """
 SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
-       b.final_counts,
+       b.final_counts, c.send_at, c.schedule_error,
        -- Worker processes that died holding its jobs (delivery/rescuer.py): their number and
        -- the latest, so a crash-looping worker shows where a person looks.
        (SELECT count(*) FROM worker_deaths d
@@ -122,6 +127,14 @@ SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fau
        b.status = 'cancelled' OR NOT EXISTS (SELECT 1 FROM broadcast_enqueues e
                                           WHERE e.broadcast_id = c.broadcast_id) AS enqueue_done
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
+"""
+
+# The latest reply that held a job back or failed it, code or not ("connection refused" and
+# "worker 3 died" have none). Only retry and failed jobs are read, newest first.
+LAST_PROBLEM = """
+SELECT email, status, last_stage, last_code, last_enhanced, last_reply FROM broadcast_jobs
+WHERE broadcast_id = %s AND status IN ('retry', 'failed') AND last_reply IS NOT NULL
+ORDER BY updated_at DESC LIMIT 1
 """
 
 # A job's status, and for a failed one the reason it failed: what a recipient can show.
@@ -150,6 +163,9 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
             row = conn.execute(COUNTS, (c["broadcast_id"],)).fetchone()
             assert row is not None
             counts = {k: int(row[k]) for k in COUNT_KEYS}
+        problem = None
+        if c["broadcast_id"] is not None:
+            problem = conn.execute(LAST_PROBLEM, (c["broadcast_id"],)).fetchone()
     return {
         "id": c["id"],
         "name": c["name"],
@@ -162,7 +178,21 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "enqueue_done": c["enqueue_done"],
         "worker_deaths": int(c["worker_deaths"] or 0),
         "last_worker_death": c["last_worker_death"],
+        # A draft's scheduled time, and why the scheduler gave up on it.
+        "send_at": c["send_at"],
+        "schedule_error": c["schedule_error"],
+        "last_problem": reply_summary(problem) if problem else None,
     }
+
+
+def reply_summary(job: dict[str, Any]) -> str:
+    """`code enhanced reply (stage)` of a job's last reply, whatever of it there is, one line."""
+    reply = " ".join(str(job.get("last_reply") or "").split())
+    enhanced = job.get("last_enhanced")
+    if enhanced and reply.startswith(str(enhanced)):
+        enhanced = None  # the reply text begins with it already
+    text = " ".join(str(p) for p in (job.get("last_code"), enhanced, reply) if p)
+    return f"{text} ({job['last_stage']})" if job.get("last_stage") else text
 
 
 def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run: bool) -> None:
@@ -213,7 +243,13 @@ WHERE broadcast_id = %s AND status IN ('pending', 'retry')
 
 
 def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
-    """Cancel every job not yet sent; messages in flight finish. The number cancelled."""
+    """Cancel every job not yet claimed; messages in flight finish. The number cancelled now
+    (claims workers give back later are cancelled then: `cancel_and_settle` counts them)."""
+    return _cancel(conn, campaign_id)[0]
+
+
+def _cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tuple[int, int]:
+    """(jobs cancelled now, jobs held by workers at that moment)."""
     with conn.transaction():
         c = _lock(conn, campaign_id)
         if c["status"] in ("sent", "cancelled"):
@@ -223,14 +259,43 @@ def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
             (campaign_id,),
         )
         if c["broadcast_id"] is None:
-            return 0
+            return 0, 0
         conn.execute(
             "UPDATE broadcasts SET status = 'cancelled', finished_at = now() WHERE id = %s",
             (c["broadcast_id"],),
         )
         n = conn.execute(CANCEL_JOBS, (c["broadcast_id"],)).rowcount
+        held = conn.execute(
+            "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
+            " AND status = 'sending'",
+            (c["broadcast_id"],),
+        ).fetchone()
         conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
-        return n
+        return n, int(held["n"]) if held else 0
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What a cancel did, once workers gave back the claims they had not started."""
+
+    cancelled: int  # jobs that will not be sent
+    in_flight: int  # being sent at the cancel: their outcome (sent, failed) still lands
+    sent: int  # sent before it (and in flight since)
+
+
+def cancel_and_settle(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, wait: float = 5.0
+) -> CancelReport:
+    """Cancel, then wait (at most `wait` s) until no job is held, so that the claims workers
+    held but had not started, which they give back on the cancel's NOTIFY, count as cancelled
+    (queue.FINISH cancels them) rather than as in flight."""
+    now, held = _cancel(conn, campaign_id)
+    st, deadline = status(conn, campaign_id), time.monotonic() + wait
+    while st["sending"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        st = status(conn, campaign_id)
+    given_back = st["cancelled"] - now  # held, unstarted, cancelled once given back
+    return CancelReport(st["cancelled"], max(0, held - given_back), st["sent"])
 
 
 def pause(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:

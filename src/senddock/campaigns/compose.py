@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from senddock.campaigns.campaigns import UnknownCampaign
+from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
 from senddock.messages import (
     CompiledMessage,
     HeaderError,
@@ -112,6 +112,37 @@ def recipient_for(conn: psycopg.Connection[dict[str, Any]], address: str) -> Rec
     return Recipient(row["email"], row["name"], row["attributes"] or {}, int(row["id"]))
 
 
+# The campaign's lists, and the subscriber with that address if they are on one of them.
+MEMBER = """
+SELECT (SELECT string_agg(l.name, ', ' ORDER BY l.name) FROM campaign_lists cl
+        JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = %(c)s) AS lists,
+       s.id, s.email, s.name, s.attributes
+FROM (SELECT 1) AS one
+LEFT JOIN subscribers s ON lower(s.email) = lower(%(a)s)
+     AND EXISTS (SELECT 1 FROM list_memberships m JOIN campaign_lists cl ON cl.list_id = m.list_id
+                 WHERE cl.campaign_id = %(c)s AND m.subscriber_id = s.id)
+"""
+
+
+class NotARecipient(CampaignError):
+    """A preview for an address that is not on the campaign's lists: it would render blanks."""
+
+
+def member_of(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, address: str
+) -> Recipient:
+    """The subscriber `address` as a Recipient, if they are on one of the campaign's lists."""
+    row = conn.execute(MEMBER, {"c": campaign_id, "a": address.strip()}).fetchone()
+    if row is None or row["id"] is None:
+        lists = f" ({row['lists']})" if row and row["lists"] else ""
+        raise NotARecipient(
+            f"{address.strip()} is not a subscriber of campaign {campaign_id}'s lists{lists}:"
+            " its preview would have no name or attributes; `campaign test --to` sends to any"
+            " address"
+        )
+    return Recipient(row["email"], row["name"], row["attributes"] or {}, int(row["id"]))
+
+
 def campaign_message(
     conn: psycopg.Connection[dict[str, Any]], campaign_id: int, settings: LinkSettings
 ) -> tuple[CompiledMessage, str]:
@@ -128,7 +159,8 @@ def preview(
     address: str,
     settings: LinkSettings,
 ) -> bytes:
-    """The message campaign `campaign_id` would send to `address`, rendered now."""
+    """The message campaign `campaign_id` would send to `address`, a subscriber on its lists,
+    rendered now (NotARecipient for anyone else)."""
     message, _ = campaign_message(conn, campaign_id, settings)
     mid = f"<preview.{campaign_id}@{message.from_domain}>"
-    return message.render(recipient_for(conn, address), mid)
+    return message.render(member_of(conn, campaign_id, address), mid)

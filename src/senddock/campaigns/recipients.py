@@ -27,7 +27,7 @@ COLUMNS = (
 # order). The CLI streams them all; the API and the dashboard show a page.
 _COLUMNS = """
 SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
-       j.last_code, j.last_enhanced, j.last_reply"""
+       j.last_code, j.last_enhanced, j.last_reply, j.last_stage"""
 _ROWS = """
 FROM broadcast_jobs j
 WHERE j.broadcast_id = %(b)s

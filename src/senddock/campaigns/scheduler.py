@@ -49,6 +49,25 @@ def schedule(conn: Conn, campaign_id: int, at: datetime | None) -> None:
         conn.execute(SCHEDULE, {"at": at, "id": campaign_id})
 
 
+class SendTimeInPast(CampaignError):
+    """A send time a person gave that has already come: it would send at once."""
+
+
+def refuse_past(conn: Conn, at: datetime | None) -> None:
+    """SendTimeInPast if `at` is not ahead of the database's clock (the scheduler's clock).
+
+    The scheduler sends a due draft at its next pass, so a time in the past (a wrong year, a
+    zone left out) would send now, unasked; `campaign send` is the way to send now.
+    """
+    if at is None:
+        return
+    row = conn.execute("SELECT %s::timestamptz <= now() AS past", (at,)).fetchone()
+    if row is not None and row["past"]:
+        raise SendTimeInPast(
+            f"the send time {at.isoformat()} is in the past; to send now, use `campaign send`"
+        )
+
+
 def run_due(conn: Conn, limit: int = 20) -> list[int]:
     """Enqueue the due campaigns this scheduler could lock; their ids."""
     done: list[int] = []

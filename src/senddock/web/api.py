@@ -12,6 +12,7 @@ import email.policy
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from senddock.audience.addresses import normalize
 from senddock.campaigns import compose
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
+from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery.rescuer import list_workers
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
@@ -60,6 +62,13 @@ Search = Annotated[
 
 def _status(conn: Conn, campaign_id: int) -> s.CampaignStatus:
     return s.CampaignStatus(**campaigns.status(conn, campaign_id))
+
+
+def _refuse_past(conn: Conn, at: datetime | None, field: str) -> None:
+    try:
+        campaigns.refuse_past(conn, at)
+    except campaigns.SendTimeInPast as exc:
+        raise ApiError(422, str(exc), field) from exc
 
 
 def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
@@ -261,6 +270,7 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
         raise ApiError(422, "give text_body, html_body or both", "text_body")
     if body.send_at is not None and body.send_at.tzinfo is None:
         raise ApiError(422, "send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "send_at")
+    _refuse_past(conn, body.send_at, "send_at")
     cid = campaigns.create_campaign(
         conn,
         name=body.name,
@@ -288,7 +298,7 @@ def preview_campaign(
     campaign_id: CampaignId,
     to: Annotated[str, Query(min_length=1, max_length=320, pattern=r"^[^\x00\r\n]*$")],
 ) -> s.Preview:
-    """The message `to` would get, rendered now (as their subscriber if they are one)."""
+    """The message `to`, a subscriber on the campaign's lists, would get, rendered now."""
     data = compose.preview(conn, campaign_id, to, request.app.state.link_settings)
     msg = email.message_from_bytes(data, policy=email.policy.default)
     headers: dict[str, str] = {}
@@ -319,10 +329,18 @@ def test_campaign(
 @router.post(
     "/campaigns/{campaign_id}/send", tags=["campaigns"], response_model=s.Sent, status_code=202
 )
-def send_campaign(conn: Db, campaign_id: CampaignId) -> s.Sent:
-    """Enqueue the campaign (idempotent); workers send it. Poll GET /campaigns/{id}."""
+def send_campaign(request: Request, conn: Db, campaign_id: CampaignId) -> s.Sent:
+    """Enqueue the campaign (idempotent; 409 once cancelled); workers send it. Poll GET
+    /campaigns/{id}. `warning` says when no worker is live to send it."""
     bid, total, created = campaigns.broadcast(conn, campaign_id)
-    return s.Sent(broadcast_id=bid, total=total, created=created)
+    live = live_workers(conn, request.app.state.settings.lease_seconds)
+    return s.Sent(
+        broadcast_id=bid,
+        total=total,
+        created=created,
+        workers_live=live,
+        warning=None if live else NO_WORKER,
+    )
 
 
 @router.post(
@@ -332,6 +350,7 @@ def schedule_campaign(conn: Db, campaign_id: CampaignId, body: s.ScheduleIn) -> 
     """Send a draft at `at` (with a time zone); null unschedules."""
     if body.at is not None and body.at.tzinfo is None:
         raise ApiError(422, "at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "at")
+    _refuse_past(conn, body.at, "at")
     campaigns.schedule(conn, campaign_id, body.at)
     return _status(conn, campaign_id)
 
@@ -352,8 +371,10 @@ def resume_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
 @router.post("/campaigns/{campaign_id}/cancel", tags=["campaigns"], response_model=s.Cancelled)
 def cancel_campaign(conn: Db, campaign_id: CampaignId) -> s.Cancelled:
     """Cancel every message not yet sent; messages in flight finish."""
-    n = campaigns.cancel(conn, campaign_id)
-    return s.Cancelled(cancelled=n, campaign=_status(conn, campaign_id))
+    done = campaigns.cancel_and_settle(conn, campaign_id)
+    return s.Cancelled(
+        cancelled=done.cancelled, in_flight=done.in_flight, campaign=_status(conn, campaign_id)
+    )
 
 
 @router.post("/campaigns/{campaign_id}/retry-failed", tags=["campaigns"], response_model=s.Requeued)

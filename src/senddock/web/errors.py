@@ -23,7 +23,7 @@ from senddock.audience.lists import ListError, UnknownList
 from senddock.audience.subscribers import SubscriberError, UnknownSubscriber
 from senddock.audience.suppressions import UnknownReason
 from senddock.campaigns import CampaignError, NothingToSend, UnknownCampaign
-from senddock.campaigns.compose import NoLinkKey
+from senddock.campaigns.compose import NoLinkKey, NotARecipient
 from senddock.messages import HeaderError, TemplateProblem
 from senddock.web import auth
 
@@ -87,6 +87,8 @@ def _status_of(exc: Exception) -> tuple[int, str | None]:
         return 404, None
     if isinstance(exc, UnknownList):
         return 422, "lists"
+    if isinstance(exc, NotARecipient):
+        return 422, "to"
     if isinstance(exc, NothingToSend):
         return 409, None
     if isinstance(exc, TemplateProblem | HeaderError):

@@ -196,6 +196,13 @@ class CampaignStatus(BaseModel):
     enqueue_done: bool = Field(
         description="False while workers still enqueue a big broadcast: `total` grows until then"
     )
+    send_at: datetime | None = Field(default=None, description="A draft's scheduled time")
+    schedule_error: str | None = Field(
+        default=None, description="Why the scheduler did not send it at its time"
+    )
+    last_problem: str | None = Field(
+        default=None, description="The latest reply that held back or failed a recipient"
+    )
 
 
 class CampaignSummary(BaseModel):
@@ -250,6 +257,10 @@ class Sent(BaseModel):
     broadcast_id: int
     total: int = Field(description="Recipients enqueued so far (workers enqueue the rest)")
     created: bool = Field(description="False when the campaign had already been sent")
+    workers_live: int = Field(description="Workers whose heartbeat is within the lease")
+    warning: str | None = Field(
+        default=None, description="Set when no worker runs: nothing is sent until one does"
+    )
 
 
 class ScheduleIn(Strict):
@@ -257,7 +268,10 @@ class ScheduleIn(Strict):
 
 
 class Cancelled(BaseModel):
-    cancelled: int
+    cancelled: int = Field(description="Messages that will not be sent")
+    in_flight: int = Field(
+        default=0, description="Being sent when cancelled: their outcome still lands"
+    )
     campaign: CampaignStatus
 
 

@@ -1,0 +1,138 @@
+"""Misspelt names in a campaign's templates, found at create against real subscribers.
+
+The message's own environment (messages/render.py) renders an unknown name as an empty string,
+so `{{ subscriber.nmae }}` or `{{ unsubscribe_ur }}` would go out blank to every recipient.
+Here the same templates render in a sandbox that is strict about every name except a
+subscriber's attributes: an attribute missing for one subscriber is that job's outcome, not a
+mistake in the campaign. They render against a few subscribers of the campaign's lists (or a
+sample with no attributes when the lists are empty) with the message's own context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from jinja2 import ChainableUndefined, StrictUndefined, TemplateError, UndefinedError
+from jinja2.exceptions import TemplateRuntimeError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import missing
+
+from senddock.messages import CompiledMessage, Recipient, TemplateProblem
+
+SAMPLE = 20
+# Up to SAMPLE subscribers of the lists, read along the membership key (cheap on any list).
+SUBSCRIBERS = """
+SELECT s.id, s.email, s.name, s.attributes FROM subscribers s
+WHERE s.id IN (SELECT m.subscriber_id FROM list_memberships m
+               WHERE m.list_id = ANY(%(lists)s::bigint[])
+               ORDER BY m.subscriber_id LIMIT %(n)s)
+"""
+
+
+class UnknownName(UndefinedError):
+    """A name the template uses that the message's context does not have."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name!r} is undefined")
+        self.name = name
+
+
+class _Strict(StrictUndefined):
+    """Any use of an unknown name fails with UnknownName, naming it (`subscriber.nmae`)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        hint: str | None = None,
+        obj: Any = missing,
+        name: str | None = None,
+        exc: type[TemplateRuntimeError] = UndefinedError,
+    ) -> None:
+        # The sandbox's own refusals (SecurityError) keep their kind.
+        super().__init__(hint, obj, name, UnknownName if exc is UndefinedError else exc)
+
+    @property
+    def _undefined_message(self) -> str:
+        if self._undefined_hint:
+            return self._undefined_hint
+        name = str(self._undefined_name)
+        if isinstance(self._undefined_obj, dict) and "attributes" in self._undefined_obj:
+            return f"subscriber.{name}"  # the subscriber: its fields are fixed
+        return name
+
+
+class _Absent(ChainableUndefined):
+    """A missing attribute: empty, whatever is done with it (`.upper()`, `| default`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Absent:  # type: ignore[override]
+        return self
+
+
+class _Attributes(dict[str, Any]):
+    """A subscriber's attributes: a key one subscriber lacks is absent, not an error."""
+
+    def __missing__(self, key: str) -> _Absent:
+        return _Absent(name=key)
+
+
+_TEXT = ImmutableSandboxedEnvironment(undefined=_Strict, autoescape=False)
+_HTML = ImmutableSandboxedEnvironment(undefined=_Strict, autoescape=True)
+
+
+def _line(tb: TracebackType | None) -> int | None:
+    """The template line an error was raised on (Jinja maps its frames to template lines)."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _sample(conn: psycopg.Connection[dict[str, Any]], list_ids: Sequence[int]) -> list[Recipient]:
+    rows = conn.execute(SUBSCRIBERS, {"lists": list(list_ids), "n": SAMPLE}).fetchall()
+    found = [
+        Recipient(r["email"], r["name"], _Attributes(r["attributes"] or {}), int(r["id"]))
+        for r in rows
+    ]
+    return found or [Recipient("sample@example.com", "Sample", _Attributes(), 0)]
+
+
+def check_names(
+    conn: psycopg.Connection[dict[str, Any]],
+    list_ids: Sequence[int],
+    subject: str,
+    text_body: str | None,
+    html_body: str | None,
+) -> None:
+    """TemplateProblem naming the part, line and name of the first unknown name used.
+
+    Only unknown names are judged here; syntax and every other error are compile_message's.
+    """
+    parts = [("subject", _TEXT, subject), ("text", _TEXT, text_body), ("html", _HTML, html_body)]
+    templates = []
+    for part, env, source in parts:
+        if not source:
+            continue
+        try:
+            templates.append((part, env.from_string(source)))
+        except TemplateError:
+            continue  # a syntax error: compile_message reports it with its line
+    shape = CompiledMessage(subject=None, text=None, html=None, from_header="", from_domain="")
+    for rcpt in _sample(conn, list_ids):
+        ctx = shape.context(rcpt, "https://example.invalid/u")
+        for part, template in templates:
+            try:
+                template.render(ctx)
+            except UnknownName as exc:
+                line = _line(exc.__traceback__)
+                where = f"{part} template" + (f", line {line}" if line else "")
+                raise TemplateProblem(
+                    f"{where}: {exc.name} is undefined (a misspelt name renders empty)"
+                ) from exc
+            except Exception:  # data-dependent (a type, a value): that job's outcome
+                continue
