@@ -2,7 +2,7 @@
 
 pending|retry --claim--> sending --outcome--> sent | retry | failed
 sending --not started, shutting down--> back (attempt given back)
-sending --owner died--> pending|retry as a suspect (attempt given back, death counted)
+sending --owner died--> retry as a suspect (attempt given back, death counted)
 sending --owner died holding it as its one suspect, the second time--> failed (rejected)
 
 Each statement names the invariant of shared/DESIGN.md it keeps.
@@ -168,12 +168,12 @@ WHERE owner = %(owner)s AND status = 'sending' AND NOT (id = ANY(%(held)s::bigin
 """
 
 # Invariant 5: only jobs of owners known dead are rescued. Which of them killed the process
-# (if one did) is unknown, and most were never started: each goes back with its attempt given
-# back and the death counted (`deaths`), a suspect from now on, claimed one at a time a process
-# (CLAIM_TEMPLATE). The one a process held as its suspect is charged the death alone
-# (`alone_deaths`); charged SUSPECT_DEATHS times it fails as rejected, never tried again, so a
-# job that kills every worker that takes it cannot retry forever (invariant 2's reason), and no
-# other job pays for it.
+# (if one did) is unknown, and most were never started: each goes back to retry (it may have
+# been sent, so it is not pending) with its attempt given back and the death counted
+# (`deaths`): a suspect from now on, claimed one at a time a process (CLAIM_TEMPLATE). The one
+# a process held as its suspect is charged the death alone (`alone_deaths`); charged
+# SUSPECT_DEATHS times it fails as rejected, never tried again, so a job that kills every
+# worker that takes it cannot retry forever (invariant 2's reason), and no other job pays.
 RESCUE = """
 WITH dead AS (
     SELECT j.id, j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
@@ -181,8 +181,7 @@ WITH dead AS (
     WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
 )
 UPDATE broadcast_jobs j
-SET status        = CASE WHEN d.poison THEN 'failed'
-                         WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+SET status        = CASE WHEN d.poison THEN 'failed' ELSE 'retry' END,
     failure       = CASE WHEN d.poison THEN 'rejected' END,
     attempts      = j.attempts - CASE WHEN d.poison THEN 0 ELSE 1 END,
     deaths        = j.deaths + 1,
