@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import email
 import email.policy
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +191,43 @@ def test_a_body_over_the_size_limit_is_refused_at_create(conn: Conn) -> None:
             from_addr="news@example.org",
             text_body="Lorem ipsum dolor sit amet.\n" * 400_000,
         )
+
+
+BOMBS = [
+    "{{ lipsum(10**6) }}",
+    '{{ "a" * 10**8 }}',
+    "{{ [0] * 10**8 }}",
+    "{{ '{:>1000000000}'.format(1) }}",
+    "{{ '%1000000000d' % 1 }}",
+    "{{ 'a' | center(1000000000) }}",
+    "{{ 'a' | indent(1000000000) }}",
+    "{{ '%999999999s' | format('x') }}",
+    "{{ ('x' * 900000) | replace('x', 'yy') }}",
+    "{{ 7 ** 999999 }}",
+    "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}{% endfor %}{% endfor %}",
+    "{% set r = range(100000) | list %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("body", BOMBS)
+def test_a_template_bomb_is_refused_at_create_within_a_second_or_so(body: str) -> None:
+    """Issue 19: each of these was accepted (201) and would have held a worker for minutes or
+    taken gigabytes; now each is refused at create, with the reason, in about a second."""
+    started = time.monotonic()
+    with pytest.raises(TemplateProblem) as refused:
+        compile_message("s", "news@example.org", body)
+    took = time.monotonic() - started
+    assert re.search(
+        r"not make more than|a width of|lipsum|too large|passes|longer than", str(refused.value)
+    )
+    print(f"{body[:40]!r}: refused in {took:.2f} s")  # a figure, not an assertion: CI is shared
+
+
+def test_ordinary_templates_still_render_with_the_limits_in_place() -> None:
+    body = (
+        "{{ 'ab' * 3 }} {{ 2 ** 10 }} {{ '{:>6}'.format(1) }} {{ '%5d' % 3 }} {{ 'a' | center(5) }}"
+        " {% for i in range(3) %}{{ i }}{% endfor %} {{ range(4) | list | length }}"
+        " {{ 'a-b' | replace('-', '+') }} {{ '%s!' | format('hi') }}\n"
+    )
+    text = compile_message("s", "news@example.org", body).parts(Recipient("a@example.org"))[1]
+    assert text == "ababab 1024      1     3   a   012 4 a+b hi!\n"

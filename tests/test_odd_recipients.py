@@ -145,3 +145,44 @@ def test_preview_of_a_non_ascii_subscriber_works_from_the_cli(db_url: str, tmp_p
     shown = senddock(env, "campaign", "preview", cid, "--to", "zoë@example.com")
     assert shown.returncode == 0, shown.stderr
     assert "zoë@example.com" in shown.stdout
+
+
+BOMB = (
+    "Hi {{ subscriber.name }} {{ 'a' * (subscriber.attributes.n or 1) }}\n"
+    "{% for a in subscriber.attributes.xs or [] %}{% for b in subscriber.attributes.xs %}"
+    "{% endfor %}{% endfor %}\n"
+)
+
+
+def test_a_template_that_bombs_for_one_recipient_fails_that_job_alone(
+    conn: Conn, db_url: str, tmp_path: Path
+) -> None:
+    """One subscriber's data makes the template build 100 MB, another's loop 400 million times
+    (no call inside, so only the worker's alarm stops it): those two jobs fail `rejected` with
+    the reason, in a few seconds, and the worker sends everyone else (issue 19, item 6)."""
+    ordinary = ORDINARY[:200]
+    _, bid = send_campaign(conn, "bomb", [*ordinary, "big@example.org", "loop@example.org"])
+    conn.execute("UPDATE campaigns SET text_body = %s", (BOMB,))
+    conn.execute("UPDATE subscribers SET attributes = %s WHERE email = %s",
+                 ('{"n": 100000000}', "big@example.org"))  # fmt: skip
+    xs = json.dumps({"xs": list(range(20_000))})
+    conn.execute("UPDATE subscribers SET attributes = %s WHERE email = %s",
+                 (xs, "loop@example.org"))  # fmt: skip
+    with Catcher() as relay:
+        log = tmp_path / "worker.log"
+        worker = start_worker(worker_env(db_url, relay.url), log=log)
+        try:
+            finished = wait_until(lambda: unfinished(conn, bid) == 0, timeout=120)
+            alive = worker.poll() is None
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            code = worker.wait(30)
+        assert finished and alive and code == 0, log.read_text(errors="replace")[-3000:]
+        received = relay.count_by_rcpt()
+    rows = jobs(conn, bid)
+    assert all(received[a] == 1 and rows[a]["status"] == "sent" for a in ordinary)
+    big, loop = rows["big@example.org"], rows["loop@example.org"]
+    assert (big["status"], big["failure"]) == ("failed", "rejected")
+    assert "may not make more than" in big["last_reply"], big["last_reply"]
+    assert (loop["status"], loop["failure"]) == ("failed", "rejected")
+    assert "longer than" in loop["last_reply"], loop["last_reply"]

@@ -32,7 +32,9 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import psycopg
@@ -50,6 +52,7 @@ from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_failed
 from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
+from senddock.messages.render import RENDER_SECONDS, reset_clock
 
 log = logging.getLogger("senddock.worker")
 
@@ -473,6 +476,48 @@ def _summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+# The sandbox stops a render past RENDER_SECONDS at its next call, attribute or output; a loop
+# that makes none (or one C call that runs long) is stopped by SIGALRM at twice that, in a
+# worker's main thread (where Python runs signal handlers), as that job's outcome.
+HARD_LIMIT = 2 * RENDER_SECONDS
+
+
+class RenderTimeout(Exception):
+    """A render stopped by the alarm."""
+
+
+class _Alarm:
+    armed = False
+    installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, cls._ring)
+            cls.installed = True
+
+    @classmethod
+    def _ring(cls, _signum: int, _frame: object) -> None:
+        if cls.armed:
+            cls.armed = False
+            raise RenderTimeout(f"rendering took longer than {HARD_LIMIT:g} s")
+
+    @classmethod
+    @contextlib.contextmanager
+    def limit(cls) -> Iterator[None]:
+        if not cls.installed:
+            yield
+            return
+        cls.armed = True
+        signal.setitimer(signal.ITIMER_REAL, HARD_LIMIT)
+        try:
+            yield
+        finally:
+            cls.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            reset_clock()
+
+
 def _prepare(job: Job, message: CompiledMessage) -> bytes | Reply:
     """One job's message bytes, or the Reply that fails it: nothing about one recipient (its
     address, name, attributes, a template that fails for it alone) may stop the process."""
@@ -483,7 +528,8 @@ def _prepare(job: Job, message: CompiledMessage) -> bytes | Reply:
         if not isinstance(attributes, dict):
             attributes = {}
         rcpt = Recipient(job.email, job.name, attributes, job.subscriber_id)
-        return message.render(rcpt, job.message_id)
+        with _Alarm.limit():
+            return message.render(rcpt, job.message_id)
     except TemplateProblem as exc:
         log.warning("job %s not sent: %s", job.id, exc)
         return Reply("render", 554, f"5.6.0 {exc}")
@@ -625,6 +671,7 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stop(); return the process exit code."""
+        _Alarm.install()
         await self._register()
         conn = await self.hb.conn()
         n = await rescuer.sweep(
