@@ -284,7 +284,7 @@ class CancelReport:
 
 
 def cancel_and_settle(
-    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, wait: float = 5.0
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, wait: float = 15.0
 ) -> CancelReport:
     """Cancel, then wait (at most `wait` s) until no job is held, so that the claims workers
     held but had not started, which they give back on the cancel's NOTIFY, count as cancelled

@@ -15,12 +15,12 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-from jinja2 import ChainableUndefined, StrictUndefined, TemplateError, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, UndefinedError
 from jinja2.exceptions import TemplateRuntimeError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
+from senddock.messages.render import SampleAttributes, render_checked, strict_sandbox
 
 SAMPLE = 20
 # Up to SAMPLE subscribers of the lists, read along the membership key (cheap on any list).
@@ -65,22 +65,10 @@ class _Strict(StrictUndefined):
         return name
 
 
-class _Absent(ChainableUndefined):
-    """A missing attribute: empty, whatever is done with it (`.upper()`, `| default`)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _Absent:  # type: ignore[override]
-        return self
-
-
-class _Attributes(dict[str, Any]):
-    """A subscriber's attributes: a key one subscriber lacks is absent, not an error."""
-
-    def __missing__(self, key: str) -> _Absent:
-        return _Absent(name=key)
-
-
-_TEXT = ImmutableSandboxedEnvironment(undefined=_Strict, autoescape=False)
-_HTML = ImmutableSandboxedEnvironment(undefined=_Strict, autoescape=True)
+# The message's own sandbox, with its limits on size and time: real subscribers' data may
+# make a template that passed compile_message run long.
+_TEXT = strict_sandbox(_Strict, autoescape=False)
+_HTML = strict_sandbox(_Strict, autoescape=True)
 
 
 def _line(tb: TracebackType | None) -> int | None:
@@ -96,10 +84,10 @@ def _line(tb: TracebackType | None) -> int | None:
 def _sample(conn: psycopg.Connection[dict[str, Any]], list_ids: Sequence[int]) -> list[Recipient]:
     rows = conn.execute(SUBSCRIBERS, {"lists": list(list_ids), "n": SAMPLE}).fetchall()
     found = [
-        Recipient(r["email"], r["name"], _Attributes(r["attributes"] or {}), int(r["id"]))
+        Recipient(r["email"], r["name"], SampleAttributes(r["attributes"] or {}), int(r["id"]))
         for r in rows
     ]
-    return found or [Recipient("sample@example.com", "Sample", _Attributes(), 0)]
+    return found or [Recipient("sample@example.com", "Sample", SampleAttributes(), 0)]
 
 
 def check_names(
@@ -127,7 +115,7 @@ def check_names(
         ctx = shape.context(rcpt, "https://example.invalid/u")
         for part, template in templates:
             try:
-                template.render(ctx)
+                render_checked(template, ctx)
             except UnknownName as exc:
                 line = _line(exc.__traceback__)
                 where = f"{part} template" + (f", line {line}" if line else "")
