@@ -25,8 +25,8 @@ import psycopg
 from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
+from senddock.audience import cells, optin, suppressions
 from senddock.audience import lists as lists_api
-from senddock.audience import optin, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import InvalidAddress
 from senddock.audience.export import export_list
@@ -596,7 +596,7 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
         for r in rows:
             if out is not None:
                 sent = r["sent_at"].isoformat() if r["sent_at"] else ""
-                out.writerow([sent if k == "sent_at" else r[k] for k in COLUMNS])
+                out.writerow(cells.row(sent if k == "sent_at" else r[k] for k in COLUMNS))
                 continue
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"

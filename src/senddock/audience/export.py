@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 import psycopg
 
+from senddock.audience import cells
 from senddock.audience.lists import find_list
 
 COLUMNS = ("email", "name", "status", "attributes", "suppressed")
@@ -22,7 +23,8 @@ WHERE m.list_id = %s ORDER BY s.id
 def export_list(conn: psycopg.Connection[dict[str, Any]], list_name: str, out: TextIO) -> int:
     """Write every member of `list_name` with a header row; the number of members written.
 
-    The file imports back as it is: `attributes` is a JSON object column.
+    The file imports back as it is: `attributes` is a JSON object column. Cells a spreadsheet
+    would run as formulas are written as text (audience/cells.py).
     """
     list_id = find_list(conn, list_name)
     w = csv.writer(out)
@@ -34,6 +36,6 @@ def export_list(conn: psycopg.Connection[dict[str, Any]], list_name: str, out: T
         for r in cur:
             attrs = json.dumps(r["attributes"], ensure_ascii=False) if r["attributes"] else ""
             suppressed = "yes" if r["suppressed"] else ""
-            w.writerow([r["email"], r["name"], r["status"], attrs, suppressed])
+            w.writerow(cells.row([r["email"], r["name"], r["status"], attrs, suppressed]))
             n += 1
     return n

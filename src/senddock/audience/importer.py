@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 
+from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.audience.lists import ensure_list
 
@@ -155,6 +156,7 @@ class _Parser:
             return "more fields than the header"
         if len(row) < self.width:
             row = row + [""] * (self.width - len(row))
+        row = [cells.uncell(v) for v in row]  # as an export wrote them (audience/cells.py)
         raw = row[self.email].strip()
         if not raw:
             return "no email address"

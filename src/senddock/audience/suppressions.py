@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import psycopg
 
+from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
 
 REASONS = ("bounce", "unsubscribe", "complaint", "manual")
@@ -109,7 +110,7 @@ def export_csv(conn: Conn, out: TextIO, reason: str | None = None) -> int:
     w.writerow(["email", "reason", "created_at", "detail"])
     n = 0
     for r in rows(conn, reason):
-        w.writerow([r["email"], r["reason"], r["created_at"].isoformat(), r["detail"]])
+        w.writerow(cells.row([r["email"], r["reason"], r["created_at"].isoformat(), r["detail"]]))
         n += 1
     return n
 
@@ -133,7 +134,7 @@ def import_csv(conn: Conn, path: Path, reason: str = "manual") -> SuppressionImp
     with conn.transaction():
         for line, row in _csv_rows(path):
             try:
-                email = normalize(row.get("email") or "")
+                email = normalize(cells.uncell(row.get("email") or ""))
             except InvalidAddress as exc:
                 report.rejected.append((line, str(exc)))
                 continue
