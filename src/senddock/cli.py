@@ -771,7 +771,7 @@ def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
 
 
 @campaign.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def list_cmd(as_json: bool) -> None:
     """Every campaign, newest first: id, name, status, counts, created."""
     from senddock.campaigns.listing import all_campaigns
@@ -794,7 +794,7 @@ def list_cmd(as_json: bool) -> None:
 
 @campaign.command("show")
 @click.argument("campaign_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def show_cmd(campaign_id: int, as_json: bool) -> None:
     """A campaign's fields: subject, from, reply-to, lists, schedule, body sizes."""
     from senddock.campaigns.listing import show

@@ -164,7 +164,9 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
             assert row is not None
             counts = {k: int(row[k]) for k in COUNT_KEYS}
         problem = None
-        if c["broadcast_id"] is not None:
+        if c["final_counts"] is not None:
+            problem = c["final_counts"].get("last_problem")  # frozen with the counts
+        elif c["broadcast_id"] is not None:
             problem = conn.execute(LAST_PROBLEM, (c["broadcast_id"],)).fetchone()
     return {
         "id": c["id"],
@@ -176,12 +178,12 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.
         "enqueue_done": c["enqueue_done"],
-        "worker_deaths": int(c["worker_deaths"] or 0),
-        "last_worker_death": c["last_worker_death"],
         # A draft's scheduled time, and why the scheduler gave up on it.
         "send_at": c["send_at"],
         "schedule_error": c["schedule_error"],
         "last_problem": reply_summary(problem) if problem else None,
+        "worker_deaths": int(c["worker_deaths"] or 0),
+        "last_worker_death": c["last_worker_death"],
     }
 
 

@@ -36,7 +36,17 @@ SELECT jsonb_build_object(
     'bounced', count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced'),
     'suppressed', count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed'),
     'exhausted', count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted'),
-    'rejected', count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected')
+    'rejected', count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected'),
+    -- What `campaign status` shows as its last problem, kept with the counts it outlives.
+    'last_problem', (SELECT jsonb_build_object('email', p.email, 'status', p.status,
+                                               'last_stage', p.last_stage,
+                                               'last_code', p.last_code,
+                                               'last_enhanced', p.last_enhanced,
+                                               'last_reply', p.last_reply)
+                     FROM broadcast_jobs p
+                     WHERE p.broadcast_id = %(b)s AND p.status IN ('retry', 'failed')
+                       AND p.last_reply IS NOT NULL
+                     ORDER BY p.updated_at DESC LIMIT 1)
 ) AS counts
 FROM broadcast_jobs WHERE broadcast_id = %(b)s
 """

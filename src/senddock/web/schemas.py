@@ -203,6 +203,12 @@ class CampaignStatus(BaseModel):
     last_problem: str | None = Field(
         default=None, description="The latest reply that held back or failed a recipient"
     )
+    worker_deaths: int = Field(
+        default=0, description="Worker processes that died holding its messages"
+    )
+    last_worker_death: str | None = Field(
+        default=None, description="The latest of those: when, which process, and why"
+    )
 
 
 class CampaignSummary(BaseModel):
