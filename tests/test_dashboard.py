@@ -433,3 +433,19 @@ def test_a_cancelled_campaign_shows_cancelled_with_its_counts_not_100_percent_do
 
         _, data = first_event(http, "/events/campaigns")
         assert (data["campaigns"][0]["percent"], data["campaigns"][0]["cancelled"]) == (32, 17)
+
+
+def test_sending_with_no_live_worker_says_nothing_will_go_until_one_runs(
+    server: Server, conn: Conn
+) -> None:
+    """Issue 18: the dashboard's Send said only "Sending to N recipients." with no worker
+    running, so nothing went and nothing said why."""
+    seed_list(conn, "news", ["ada@example.org", "bob@example.org"])
+    cid = campaigns.create_campaign(
+        conn, name="n", list_name="news", subject="s", from_addr="a@example.org", text_body="t"
+    )
+    with logged_in(server) as (http, token):
+        r = http.post(f"/campaigns/{cid}/send", data={"csrf": token})
+        assert r.status_code == 303
+        page = http.get(f"/campaigns/{cid}").text
+    assert "Sending to 2 recipients. Note: no worker is running" in page, page

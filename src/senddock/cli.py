@@ -39,6 +39,7 @@ from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.db.migrate import MigrationError
 from senddock.messages import HeaderError, LinkSettings, TemplateProblem
+from senddock.words import plural
 
 log = logging.getLogger("senddock")
 
@@ -139,11 +140,6 @@ def _read(path: str | None, what: str) -> str | None:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise Fail(f"cannot read {what} {path}: {exc}") from exc
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """`1 row`, `2 rows`: a count with its noun (`many` when the plural is not word + s)."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def epilog(*names: str) -> str:
@@ -327,21 +323,17 @@ def send_cmd(campaign_id: int) -> None:
         warning = send_warning(conn, lease) if st["status"] == "sending" else None
     if created:
         click.echo(
-            f"campaign {campaign_id}: broadcast {bid} started ({_n(total, 'recipient')} enqueued"
-            " so far; workers enqueue the rest; see `campaign status`)"
+            f"campaign {campaign_id}: broadcast {bid} started"
+            f" ({plural(total, 'recipient')} enqueued so far; workers enqueue the rest;"
+            " see `campaign status`)"
         )
     else:
         click.echo(
             f"campaign {campaign_id}: already {st['status']} as broadcast {bid}"
-            f" ({_n(total, 'recipient')})"
+            f" ({plural(total, 'recipient')})"
         )
     if warning:
         click.echo(f"senddock: warning: {warning}", err=True)
-
-
-def _n(count: int, noun: str) -> str:
-    """`1 recipient`, `2 recipients`."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @campaign.command("status")
@@ -381,7 +373,7 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
     if st["status"] == "cancelled" and st["broadcast_id"] is not None:
         head += (
             f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
-            f" of {_n(st['total'], 'recipient')}"
+            f" of {plural(st['total'], 'recipient')}"
         )
         if st["sending"]:
             head += f"; {st['sending']} in flight: their outcome still lands"
@@ -395,7 +387,7 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         " rejected {rejected})  cancelled {cancelled}".format(**st),
     ]
     if not st["enqueue_done"]:
-        lines.append(f"  still enqueuing: {_n(st['total'], 'recipient')} so far")
+        lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
     if st["pause_reason"]:
         lines.append(f"  paused because the relay said: {st['pause_reason']}")
     elif st["last_sender_fault"]:
@@ -463,7 +455,7 @@ def cancel_cmd(campaign_id: int) -> None:
     with db() as conn:
         done = campaigns.cancel_and_settle(conn, campaign_id)
     click.echo(
-        f"campaign {campaign_id} cancelled: {_n(done.cancelled, 'message')}"
+        f"campaign {campaign_id} cancelled: {plural(done.cancelled, 'message')}"
         f" will not be sent; {done.in_flight} in flight when cancelled"
         f" (their outcome still lands); {done.sent} sent"
     )
@@ -814,8 +806,8 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
         ("lists", ", ".join(c["lists"])),
         ("send at", when + (f" (not sent: {c['schedule_error']})" if c["schedule_error"] else "")),
         ("broadcast", c["broadcast_id"] or "-"),
-        ("text body", _n(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
-        ("html body", _n(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
+        ("text body", plural(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
+        ("html body", plural(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
         ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
         ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
     ]

@@ -15,11 +15,13 @@ from senddock.audience.addresses import InvalidAddress
 from senddock.audience.lists import UnknownList, all_lists
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.recipients import page as recipients_page
+from senddock.campaigns.workers import send_warning
 from senddock.messages import HeaderError, TemplateProblem
 from senddock.web.dashboard import queries
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Conn, Page, db, flash, like, not_found, redirect, render
+from senddock.words import plural
 
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
 
@@ -179,9 +181,13 @@ def _act(request: Request, campaign_id: int, action: Callable[[Conn], str]) -> R
 
 @router.post("/campaigns/{campaign_id}/send")
 def send(request: Request, campaign_id: int) -> Response:
+    lease = float(request.app.state.settings.lease_seconds)
+
     def go(conn: Conn) -> str:
         _, total, created = campaigns.broadcast(conn, campaign_id)
-        return f"Sending to {total} recipients." if created else "Already sent."
+        said = f"Sending to {plural(total, 'recipient')}." if created else "Already sent."
+        warning = send_warning(conn, lease)
+        return f"{said} Note: {warning}." if warning else said
 
     return _act(request, campaign_id, go)
 
@@ -207,8 +213,11 @@ def resume(request: Request, campaign_id: int) -> Response:
 @router.post("/campaigns/{campaign_id}/cancel")
 def cancel(request: Request, campaign_id: int) -> Response:
     def go(conn: Conn) -> str:
-        n = campaigns.cancel(conn, campaign_id)
-        return f"Cancelled: {n} unsent messages will not go; those in flight finish."
+        done = campaigns.cancel_and_settle(conn, campaign_id)
+        return (
+            f"Cancelled: {plural(done.cancelled, 'message')} will not go; {done.in_flight} in"
+            f" flight when cancelled (their outcome still lands); {done.sent} sent."
+        )
 
     return _act(request, campaign_id, go)
 
