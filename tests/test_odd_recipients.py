@@ -57,6 +57,21 @@ def _parsed(data: bytes) -> email.message.EmailMessage:
     return parsed
 
 
+def _drain(conn: Conn, db_url: str, relay: Catcher, bid: int, tmp_path: Path) -> None:
+    """A real worker process sends the broadcast; it never dies and stops cleanly."""
+    log = tmp_path / "worker.log"
+    worker = start_worker(worker_env(db_url, relay.url), log=log)
+    try:
+        finished = wait_until(lambda: unfinished(conn, bid) == 0, timeout=120)
+        alive = worker.poll() is None
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(30)
+    logged = log.read_text(errors="replace")
+    assert finished, logged[-3000:]
+    assert alive and code == 0, logged[-3000:]
+
+
 def _seed(conn: Conn) -> tuple[int, int]:
     cid, bid = send_campaign(conn, "odd", ORDINARY + list(ODD), name="odd")
     conn.execute("UPDATE campaigns SET text_body = %s WHERE id = %s", (TEMPLATE, cid))
@@ -77,17 +92,7 @@ def test_odd_recipients_cost_the_ordinary_ones_nothing(
     _, bid = _seed(conn)
     with Catcher() as relay:
         relay.smtputf8 = smtputf8
-        log = tmp_path / "worker.log"
-        worker = start_worker(worker_env(db_url, relay.url), log=log)
-        try:
-            finished = wait_until(lambda: unfinished(conn, bid) == 0, timeout=120)
-            alive = worker.poll() is None
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            code = worker.wait(30)
-        logged = log.read_text(errors="replace")
-        assert finished, logged[-3000:]
-        assert alive and code == 0, logged[-3000:]
+        _drain(conn, db_url, relay, bid, tmp_path)
         received = relay.count_by_rcpt()
     rows = jobs(conn, bid)
     # Every ordinary recipient: one message, at its first attempt.
@@ -169,15 +174,7 @@ def test_a_template_that_bombs_for_one_recipient_fails_that_job_alone(
     conn.execute("UPDATE subscribers SET attributes = %s WHERE email = %s",
                  (xs, "loop@example.org"))  # fmt: skip
     with Catcher() as relay:
-        log = tmp_path / "worker.log"
-        worker = start_worker(worker_env(db_url, relay.url), log=log)
-        try:
-            finished = wait_until(lambda: unfinished(conn, bid) == 0, timeout=120)
-            alive = worker.poll() is None
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            code = worker.wait(30)
-        assert finished and alive and code == 0, log.read_text(errors="replace")[-3000:]
+        _drain(conn, db_url, relay, bid, tmp_path)
         received = relay.count_by_rcpt()
     rows = jobs(conn, bid)
     assert all(received[a] == 1 and rows[a]["status"] == "sent" for a in ordinary)

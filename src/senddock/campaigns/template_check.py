@@ -11,7 +11,6 @@ sample with no attributes when the lists are empty) with the message's own conte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -20,7 +19,12 @@ from jinja2.exceptions import TemplateRuntimeError
 from jinja2.utils import missing
 
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
-from senddock.messages.render import SampleAttributes, render_checked, strict_sandbox
+from senddock.messages.render import (
+    SampleAttributes,
+    render_checked,
+    strict_sandbox,
+    template_line,
+)
 
 SAMPLE = 20
 # Up to SAMPLE subscribers of the lists, read along the membership key (cheap on any list).
@@ -71,16 +75,6 @@ _TEXT = strict_sandbox(_Strict, autoescape=False)
 _HTML = strict_sandbox(_Strict, autoescape=True)
 
 
-def _line(tb: TracebackType | None) -> int | None:
-    """The template line an error was raised on (Jinja maps its frames to template lines)."""
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
 def _sample(conn: psycopg.Connection[dict[str, Any]], list_ids: Sequence[int]) -> list[Recipient]:
     rows = conn.execute(SUBSCRIBERS, {"lists": list(list_ids), "n": SAMPLE}).fetchall()
     found = [
@@ -117,7 +111,7 @@ def check_names(
             try:
                 render_checked(template, ctx)
             except UnknownName as exc:
-                line = _line(exc.__traceback__)
+                line = template_line(exc.__traceback__)
                 where = f"{part} template" + (f", line {line}" if line else "")
                 raise TemplateProblem(
                     f"{where}: {exc.name} is undefined (a misspelt name renders empty)"

@@ -239,7 +239,7 @@ def _compile(env: ImmutableSandboxedEnvironment, part: str, source: str) -> Any:
     return template
 
 
-def _template_line(tb: TracebackType | None) -> int | None:
+def template_line(tb: TracebackType | None) -> int | None:
     """The template line a render error happened on (Jinja maps its frames to it)."""
     line = None
     while tb is not None:
@@ -256,11 +256,11 @@ def _render(template: Any, ctx: dict[str, Any]) -> str:
     try:
         return str(template.render(ctx))
     except TemplateError as exc:
-        line = _template_line(exc.__traceback__)
+        line = template_line(exc.__traceback__)
         where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
         raise TemplateProblem(f"{where}: {exc}") from exc
     except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
-        line = _template_line(exc.__traceback__)
+        line = template_line(exc.__traceback__)
         where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
         raise TemplateProblem(f"{where}: {type(exc).__name__}: {exc}") from exc
     finally:
