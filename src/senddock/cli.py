@@ -85,6 +85,7 @@ def settings() -> Settings:
         s = load()
         SmtpTarget.parse(s.smtp_url)
         s.backoff  # noqa: B018  (parse the schedule now, not mid-broadcast)
+        s.proxies  # noqa: B018
     except (ValidationError, ValueError) as exc:
         raise Fail(f"bad configuration: {exc}") from exc
     return s
@@ -163,7 +164,13 @@ WORKER = (
     "RETENTION_DAYS",
     "ENQUEUE_CHUNK",
 )
-WEB = ("SESSION_SECRET", "COOKIE_SECURE")
+WEB = (
+    "SESSION_SECRET",
+    "COOKIE_SECURE",
+    "SESSION_IDLE_TIMEOUT",
+    "SESSION_LIFETIME",
+    "TRUSTED_PROXIES",
+)
 DEMO_EPILOG = (
     "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
     " instead of the demo's own embedded Postgres and SMTP catcher."
@@ -1023,6 +1030,8 @@ def serve_cmd(
     )
     click.echo(startup_block("serve", s, links, senders), err=True)
     click.echo(f"  listening   http://{host}:{port}", err=True)
+    proxies = ", ".join(s.proxies) or "none (X-Forwarded-For is ignored)"
+    click.echo(f"  proxies     {proxies}", err=True)
     app = create_app(
         url,
         links,
@@ -1035,7 +1044,18 @@ def serve_cmd(
     # raises the signal again: SIGTERM must end in an exit that runs the embedded Postgres's
     # cleanup (atexit), where its default action would kill us and leave the server running.
     signal.signal(signal.SIGTERM, _exit_after_shutdown)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
+    # X-Forwarded-For names the client only when it comes from a trusted proxy: uvicorn's
+    # default trusts 127.0.0.1, so behind a proxy that passes the client's own header along,
+    # every request could claim a new address (and dodge the sign-in limits).
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+        proxy_headers=bool(s.proxies),
+        forwarded_allow_ips=s.proxies,
+    )
 
 
 @cli.group("token")
@@ -1045,12 +1065,25 @@ def token_group() -> None:
 
 @token_group.command("create", epilog=epilog(*DB))
 @click.option("--name", default="", help="What the token is for (shown by `token list`).")
-def token_create_cmd(name: str) -> None:
+@click.option(
+    "--expires-in",
+    "expires_in",
+    help="Refuse it after this long: 90m, 12h, 30d, 2w (default never).",
+)
+def token_create_cmd(name: str, expires_in: str | None) -> None:
     """Make an API token and print it alone; only its hash is stored, so keep it now."""
     from senddock.web import auth
 
+    life = None
+    if expires_in is not None:
+        try:
+            life = config.duration(expires_in)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--expires-in") from exc
+        if life <= 0:
+            raise click.BadParameter("must be more than 0", param_hint="--expires-in")
     with db() as conn:
-        click.echo(auth.create_token(conn, name))
+        click.echo(auth.create_token(conn, name, life))
 
 
 @token_group.command("list", epilog=epilog(*DB))
@@ -1064,9 +1097,12 @@ def token_list_cmd() -> None:
         click.echo("no API tokens (make one with `senddock token create`)")
     for t in rows:
         used = f"{t['last_used_at']:%Y-%m-%d %H:%M}" if t["last_used_at"] else "never"
+        ends = ""
+        if t["expires_at"]:
+            ends = f"  {'expired' if t['expired'] else 'expires'} {t['expires_at']:%Y-%m-%d %H:%M}"
         click.echo(
             f"token {t['id']}  {t['name'] or '(no name)'}"
-            f"  created {t['created_at']:%Y-%m-%d %H:%M}  last used {used}"
+            f"  created {t['created_at']:%Y-%m-%d %H:%M}  last used {used}{ends}"
         )
 
 
@@ -1130,7 +1166,7 @@ def admin_list_cmd() -> None:
 @admin_group.command("remove", epilog=epilog(*DB))
 @click.argument("email")
 def admin_remove_cmd(email: str) -> None:
-    """Delete the dashboard admin EMAIL (it can no longer log in)."""
+    """Delete the dashboard admin EMAIL: it can no longer log in, and its sessions end."""
     from senddock.web import auth
 
     with db() as conn:
@@ -1142,7 +1178,8 @@ def admin_remove_cmd(email: str) -> None:
 @admin_group.command("password", epilog=epilog(*DB))
 @click.argument("email")
 def admin_password_cmd(email: str) -> None:
-    """Set a new password for admin EMAIL, read from a prompt, or stdin (one line)."""
+    """Set a new password for admin EMAIL, read from a prompt, or stdin (one line); every
+    session of that admin ends."""
     from senddock.web import auth
 
     password = _new_password()
@@ -1153,7 +1190,7 @@ def admin_password_cmd(email: str) -> None:
             raise Fail(str(exc)) from exc
     if not found:
         raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
-    click.echo(f"password of admin {email.strip()} changed")
+    click.echo(f"password of admin {email.strip()} changed; its sessions are ended")
 
 
 def main() -> None:

@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Annotated
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(value: object) -> float:
+    """Seconds from `90`, `90s`, `15m`, `12h`, `30d` or `2w` (a number alone is seconds)."""
+    if isinstance(value, int | float):
+        return float(value)
+    found = _DURATION.fullmatch(str(value))
+    if not found:
+        raise ValueError(f"not a duration: {value!r} (e.g. 90s, 15m, 12h, 30d)")
+    return float(found.group(1)) * _UNITS[found.group(2).lower()]
+
+
+Duration = Annotated[float, BeforeValidator(duration), Field(gt=0)]
+
+
+def proxy_networks(value: str) -> list[str]:
+    """The entries of SENDDOCK_TRUSTED_PROXIES (IPs or CIDRs, comma or space separated),
+    each checked; ValueError names the first that is neither."""
+    entries = [e for e in _SEPARATORS.split(value) if e]
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ValueError(f"SENDDOCK_TRUSTED_PROXIES: {entry!r} is not an IP or CIDR") from exc
+    return entries
 
 
 class Settings(BaseSettings):
@@ -36,6 +66,17 @@ class Settings(BaseSettings):
     retention_days: int = Field(default=90, ge=0)
     # Jobs per enqueue chunk: one transaction each (campaigns/broadcast.py).
     enqueue_chunk: int = Field(default=50_000, ge=1)
+    # `serve`: the peers whose X-Forwarded-For names the client (reverse proxies); none by
+    # default, so a client cannot pick the address its sign-in attempts are counted against.
+    trusted_proxies: str = ""
+    # A dashboard session ends after this long unused, and this long after sign-in whatever.
+    session_idle_timeout: Duration = 12 * 3600.0
+    session_lifetime: Duration = 14 * 86400.0
+
+    @functools.cached_property
+    def proxies(self) -> list[str]:
+        """The trusted proxies, parsed (ValueError on a bad entry)."""
+        return proxy_networks(self.trusted_proxies)
 
     @functools.cached_property
     def backoff(self) -> tuple[float, ...]:

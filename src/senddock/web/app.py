@@ -41,7 +41,7 @@ from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
-from senddock.web import api, auth, dashboard, docs, errors, metrics
+from senddock.web import api, dashboard, docs, errors, login_limits, metrics, sessions
 
 log = logging.getLogger("senddock.web")
 
@@ -227,6 +227,7 @@ def create_app(
         kwargs={"autocommit": True, "row_factory": dict_row},
     )
     pages = Pages(pool, links)
+    checker = login_limits.Checker()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -255,6 +256,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            checker.close()
             await run_in_threadpool(pool.close)
 
     app = FastAPI(
@@ -271,11 +273,19 @@ def create_app(
     app.state.settings = settings
     app.state.link_settings = links
     app.state.link_key = b""
-    app.state.login_limiter = auth.LoginLimiter()
+    app.state.password_checker = checker
+    # Added first, so it runs inside SessionMiddleware: the cookie is decoded by then.
+    app.add_middleware(
+        sessions.SessionCheck,
+        pool=pool,
+        idle=settings.session_idle_timeout,
+        lifetime=settings.session_lifetime,
+    )
     app.add_middleware(
         SessionMiddleware,
         secret_key=session_secret(database_url),
         session_cookie=SESSION_COOKIE,
+        max_age=int(settings.session_lifetime),
         same_site="lax",
         https_only=cookie_secure(links),
     )

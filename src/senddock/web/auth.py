@@ -1,8 +1,9 @@
 """Who may use the API and the dashboard: API tokens, admin logins, sessions and CSRF.
 
 API tokens are random, shown once, and stored as their SHA-256 (a token has 256 random bits,
-so a fast hash is enough). Admin passwords are hashed with argon2id. Sessions live in a signed
-cookie (Starlette SessionMiddleware); each session carries its own CSRF token.
+so a fast hash is enough); one may expire. Admin passwords are hashed with argon2id. A
+session is a row in Postgres (web/sessions.py) named by a random id in a signed cookie
+(Starlette SessionMiddleware), which also carries the session's CSRF token.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
-from collections import deque
+import unicodedata
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -26,8 +26,9 @@ from senddock.audience.addresses import normalize
 Conn = psycopg.Connection[dict[str, Any]]
 
 MIN_PASSWORD = 10
-SESSION_ADMIN = "admin_id"
 SESSION_CSRF = "csrf"
+SESSION_ID = "sid"  # the cookie's key for the session id (web/sessions.py)
+SESSION_ADMIN = "senddock_admin"  # the request state's key for the session's admin id
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -103,41 +104,72 @@ def check_password(password: str) -> None:
 def set_password(conn: Conn, email: str, password: str) -> bool:
     """Give the admin with this email a new password; False if there is no such admin."""
     check_password(password)
-    row = conn.execute(
-        "UPDATE admins SET password_hash = %s WHERE lower(email) = lower(%s) RETURNING id",
-        (hash_password(password), email.strip()),
-    ).fetchone()
+    row = conn.execute(SET_PASSWORD, (hash_password(password), email.strip())).fetchone()
     return row is not None
+
+
+# A new password ends every session of the admin, in the same statement: whoever knew the
+# old one and signed in with it is out at their next request.
+SET_PASSWORD = """
+WITH changed AS (
+    UPDATE admins SET password_hash = %s WHERE lower(email) = lower(%s) RETURNING id
+), ended AS (
+    DELETE FROM sessions s USING changed WHERE s.admin_id = changed.id
+)
+SELECT id FROM changed
+"""
+
+
+def login_address(email: str) -> str:
+    """The form of an address that sign-ins are judged by, here and in the attempt counts:
+    compatibility forms unfolded (NFKD), combining marks dropped, case folded, recomposed.
+    `admİn@…` (U+0130), `ADMIN@…` and `admin@…` are one, whatever Postgres's lower() does."""
+    text = unicodedata.normalize("NFKD", email.strip())
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return unicodedata.normalize("NFKC", text.casefold())
+
+
+def login_hash(conn: Conn, email: str) -> tuple[int | None, str]:
+    """The id and password hash of the admin `email` signs in as; (None, a dummy hash) when
+    there is none, so that checking a password takes the same time either way."""
+    row = conn.execute(
+        "SELECT id, email, password_hash FROM admins WHERE lower(email) = lower(%s)",
+        (email.strip(),),
+    ).fetchone()
+    # Only an admin whose address is the same login_address: the attempt was counted under it.
+    if row is None or login_address(str(row["email"])) != login_address(email):
+        return None, _DUMMY_HASH
+    return int(row["id"]), str(row["password_hash"])
 
 
 def authenticate_admin(conn: Conn, email: str, password: str) -> int | None:
     """The admin's id if the email and password match; else None (in constant-ish time)."""
-    row = conn.execute(
-        "SELECT id, password_hash FROM admins WHERE lower(email) = lower(%s)", (email.strip(),)
-    ).fetchone()
-    if row is None:
-        verify_password(_DUMMY_HASH, password)
-        return None
-    return int(row["id"]) if verify_password(str(row["password_hash"]), password) else None
+    admin_id, hashed = login_hash(conn, email)
+    return admin_id if verify_password(hashed, password) and admin_id is not None else None
 
 
 def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def create_token(conn: Conn, name: str = "") -> str:
-    """A new API token (shown to the caller once; only its hash is stored)."""
+def create_token(conn: Conn, name: str = "", expires_in: float | None = None) -> str:
+    """A new API token (shown to the caller once; only its hash is stored), refused
+    `expires_in` seconds from now (database clock) when given."""
     token = "sdk_" + secrets.token_urlsafe(32)
+    life = timedelta(seconds=expires_in) if expires_in is not None else None
     conn.execute(
-        "INSERT INTO api_tokens (name, token_hash) VALUES (%s, %s)", (name, _token_hash(token))
+        "INSERT INTO api_tokens (name, token_hash, expires_at) VALUES (%s, %s, now() + %s)",
+        (name, _token_hash(token), life),
     )
     return token
 
 
 def list_tokens(conn: Conn) -> list[dict[str, Any]]:
-    """Every API token: id, name, created_at, last_used_at (never the token or its hash)."""
+    """Every API token: id, name, created_at, last_used_at, expires_at, expired (never the
+    token or its hash)."""
     return conn.execute(
-        "SELECT id, name, created_at, last_used_at FROM api_tokens ORDER BY id"
+        "SELECT id, name, created_at, last_used_at, expires_at,"
+        " coalesce(expires_at <= now(), false) AS expired FROM api_tokens ORDER BY id"
     ).fetchall()
 
 
@@ -152,64 +184,29 @@ def token_ok(conn: Conn, token: str) -> bool:
     if not token or len(token) > 200:
         return False
     row = conn.execute(
-        "UPDATE api_tokens SET last_used_at = now() WHERE token_hash = %s RETURNING id",
+        "UPDATE api_tokens SET last_used_at = now() WHERE token_hash = %s"
+        " AND (expires_at IS NULL OR expires_at > now()) RETURNING id",
         (_token_hash(token),),
     ).fetchone()
     return row is not None
 
 
-class LoginLimiter:
-    """At most `limit` failed logins per key (e.g. email + IP) in `window` seconds.
-
-    In memory: one `senddock serve` process answers the dashboard.
-    """
-
-    def __init__(self, limit: int = 5, window: float = 300.0) -> None:
-        self.limit = limit
-        self.window = window
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def _recent(self, key: str, now: float) -> deque[float]:
-        times = self._failures.setdefault(key, deque())
-        while times and times[0] <= now - self.window:
-            times.popleft()
-        return times
-
-    def allowed(self, key: str) -> bool:
-        """Whether another attempt for `key` may be checked now."""
-        with self._lock:
-            return len(self._recent(key, time.monotonic())) < self.limit
-
-    def failed(self, key: str) -> None:
-        with self._lock:
-            now = time.monotonic()
-            self._recent(key, now).append(now)
-            if len(self._failures) > 10_000:  # forget keys with no recent failure
-                for k in [k for k, v in self._failures.items() if not v]:
-                    del self._failures[k]
-
-    def succeeded(self, key: str) -> None:
-        with self._lock:
-            self._failures.pop(key, None)
-
-
 def session_admin(request: Request) -> int | None:
-    """The admin id of the session cookie, or None."""
-    value = request.session.get(SESSION_ADMIN)
+    """The admin id of this request's session (resolved by sessions.SessionCheck), or None."""
+    value = request.scope.get("state", {}).get(SESSION_ADMIN)
     return value if isinstance(value, int) else None
 
 
-def login_session(request: Request, admin_id: int) -> None:
-    """Start a fresh session for `admin_id` (a new CSRF token: no fixation)."""
-    request.session.clear()
-    request.session[SESSION_ADMIN] = admin_id
-    request.session[SESSION_CSRF] = secrets.token_urlsafe(32)
+def set_session_admin(request: Request, admin_id: int | None) -> None:
+    """Who this request's session belongs to from now on (sign-in, sign-out)."""
+    request.scope.setdefault("state", {})[SESSION_ADMIN] = admin_id
 
 
-def logout_session(request: Request) -> None:
-    """End the session; a new anonymous CSRF token for the login form."""
+def new_session_cookie(request: Request, session_id: str | None) -> None:
+    """A fresh cookie: this session id (or none) and a new CSRF token (no fixation)."""
     request.session.clear()
+    if session_id is not None:
+        request.session[SESSION_ID] = session_id
     request.session[SESSION_CSRF] = secrets.token_urlsafe(32)
 
 

@@ -1,0 +1,172 @@
+"""How many sign-ins are checked: attempts counted in Postgres, passwords checked on a bound.
+
+Attempts. Each POST /login is counted before its password is checked, by one UPSERT ...
+RETURNING per key that adds the attempt and says how many the key has in its window, so
+parallel requests cannot all pass a check before any is counted, and every `serve` process of
+one database shares the counts. Keys, in the order they are counted (a refusal stops there):
+
+  pair:ADDRESS|IP   5 a window    one client guessing one admin's password
+  ip:IP             20 a window   one client trying many addresses
+  address:ADDRESS   50 a window   many clients guessing one admin's password
+
+The window is 5 minutes from a key's first attempt. A client that hits its pair limit adds
+nothing more to the address count, so one client alone cannot lock the admin out from
+elsewhere: it takes 10 clients to reach the address ceiling (the price of stopping a
+distributed guesser). A successful sign-in clears its pair and gives back its count on the
+others; so does an attempt refused because the checker is busy. ADDRESS is
+auth.login_address (the form the admin is looked up by); IP is the client's address as
+uvicorn reports it (X-Forwarded-For only from SENDDOCK_TRUSTED_PROXIES), an IPv6 one by its
+/64, which one host commonly holds whole.
+
+Checks. argon2 takes ~0.25 s and 64 MiB a check; run in the thread pool that serves every
+other request, 80 parallel sign-ins made an API read take 11 s. `Checker` runs them on its
+own threads (half the cores, at most 2) with at most 16 waiting; beyond that a sign-in is
+answered 429 at once, before it is counted or hashed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import ipaddress
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+
+from senddock.web.auth import login_address
+
+Conn = psycopg.Connection[dict[str, Any]]
+T = TypeVar("T")
+
+WINDOW = 300.0
+PAIR_LIMIT = 5
+IP_LIMIT = 20
+ADDRESS_LIMIT = 50
+# At most half the cores, 2 at most: on 2 cores, 2 threads of argon2 took both and an API
+# read waited ~500 ms behind them; with 1 it took ~70 ms (80 sign-ins in flight).
+CHECK_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) // 2))
+CHECKS_WAITING = 16
+
+# Count one attempt for a key, restarting its window when the last one is over; the new
+# count. One statement, so two requests never both read the count before either adds to it.
+RESERVE = """
+INSERT INTO login_attempts AS a (key, window_start, attempts) VALUES (%(key)s, now(), 1)
+ON CONFLICT (key) DO UPDATE SET
+    window_start = CASE WHEN a.window_start > now() - %(window)s
+                        THEN a.window_start ELSE now() END,
+    attempts = CASE WHEN a.window_start > now() - %(window)s
+                    THEN least(a.attempts + 1, 1000000) ELSE 1 END
+RETURNING attempts
+"""
+GIVE_BACK = "UPDATE login_attempts SET attempts = greatest(attempts - 1, 0) WHERE key = ANY(%s)"
+# Keys whose window is over, a few at a time (every attempt adds at most 3 keys). A locking
+# CTE with a literal LIMIT: `WHERE key IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may
+# delete more than n rows (DESIGN.md, invariant 2).
+SWEEP = """
+WITH old AS (
+    SELECT key FROM login_attempts WHERE window_start <= now() - %s
+    ORDER BY window_start LIMIT 20 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM login_attempts a USING old WHERE a.key = old.key
+"""
+
+
+def client_key(host: str | None) -> str:
+    """The client address attempts are counted under: IPv4 as is, IPv6 by its /64."""
+    try:
+        ip = ipaddress.ip_address(host or "")
+    except ValueError:
+        return (host or "unknown")[:100]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One sign-in attempt, counted: whether its password may be checked, and its keys."""
+
+    allowed: bool
+    pair: str
+    counted: tuple[str, ...]  # the keys this attempt was counted under, pair first
+
+
+def keys(email: str, host: str | None) -> list[tuple[str, int]]:
+    """The (key, limit) pairs an attempt is counted under, in order."""
+    address = login_address(email)[:254]
+    ip = client_key(host)
+    return [
+        (f"pair:{address}|{ip}", PAIR_LIMIT),
+        (f"ip:{ip}", IP_LIMIT),
+        (f"address:{address}", ADDRESS_LIMIT),
+    ]
+
+
+def reserve(conn: Conn, email: str, host: str | None) -> Attempt:
+    """Count a sign-in attempt by `email` from `host` before its password is checked."""
+    window = timedelta(seconds=WINDOW)
+    wanted = keys(email, host)
+    counted: list[str] = []
+    for key, limit in wanted:
+        row = conn.execute(RESERVE, {"key": key, "window": window}).fetchone()
+        assert row is not None
+        counted.append(key)
+        if int(row["attempts"]) > limit:
+            return Attempt(False, wanted[0][0], tuple(counted))
+    conn.execute(SWEEP, (window,))
+    return Attempt(True, wanted[0][0], tuple(counted))
+
+
+def give_back(conn: Conn, attempt: Attempt) -> None:
+    """Uncount an attempt whose password was never checked (the checker was busy)."""
+    conn.execute(GIVE_BACK, (list(attempt.counted),))
+
+
+def succeeded(conn: Conn, attempt: Attempt) -> None:
+    """A successful sign-in: its pair starts afresh, and it counts nowhere else."""
+    conn.execute("DELETE FROM login_attempts WHERE key = %s", (attempt.pair,))
+    conn.execute(GIVE_BACK, ([k for k in attempt.counted if k != attempt.pair],))
+
+
+class Checker:
+    """Password checks on `threads` threads of their own, at most `waiting` more queued.
+
+    Slots are taken and given back on the event loop's thread only, so a plain count is safe.
+    """
+
+    def __init__(self, threads: int = CHECK_THREADS, waiting: int = CHECKS_WAITING) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="senddock-login")
+        self._slots = threads + waiting
+        self._taken = 0
+
+    def full(self) -> bool:
+        """Whether every slot is taken: a sign-in now would be refused (cheap to ask first)."""
+        return self._taken >= self._slots
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Whether a check may run (or wait its turn) now; False when the queue is full."""
+        if self.full():
+            yield False
+            return
+        self._taken += 1
+        try:
+            yield True
+        finally:
+            self._taken -= 1
+
+    async def run(self, check: Callable[..., T], *args: Any) -> T:
+        """`check(*args)` on the checker's threads (call it holding a slot)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(check, *args))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
