@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     retention_days: int = Field(default=90, ge=0)
     # Jobs per enqueue chunk: one transaction each (campaigns/broadcast.py).
     enqueue_chunk: int = Field(default=50_000, ge=1)
+    # The largest CSV upload (API and dashboard), in MB: a bigger body is answered 413.
+    max_import_mb: int = Field(default=50, ge=1)
     # `serve`: the peers whose X-Forwarded-For names the client (reverse proxies); none by
     # default, so a client cannot pick the address its sign-in attempts are counted against.
     trusted_proxies: str = ""

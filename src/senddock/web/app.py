@@ -41,7 +41,7 @@ from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
-from senddock.web import api, dashboard, docs, errors, login_limits, metrics, sessions
+from senddock.web import api, dashboard, docs, errors, guard, login_limits, metrics, sessions
 
 log = logging.getLogger("senddock.web")
 
@@ -274,7 +274,9 @@ def create_app(
     app.state.link_settings = links
     app.state.link_key = b""
     app.state.password_checker = checker
-    # Added first, so it runs inside SessionMiddleware: the cookie is decoded by then.
+    # Innermost: the guard authenticates from the admin id SessionCheck has resolved.
+    app.add_middleware(guard.BodyGuard, import_cap=settings.max_import_mb * 1024 * 1024)
+    # Added before SessionMiddleware, so it runs inside SessionMiddleware: the cookie is decoded by then.
     app.add_middleware(
         sessions.SessionCheck,
         pool=pool,

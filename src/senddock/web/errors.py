@@ -61,6 +61,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "Session request without its CSRF token"},
     404: {"model": ErrorBody, "description": "No such id"},
     409: {"model": ErrorBody, "description": "Not possible in the current state"},
+    413: {"model": ErrorBody, "description": "Body over its cap (web/guard.py)"},
     422: {"model": ErrorBody, "description": "Bad input; `field` names it"},
 }
 
