@@ -235,6 +235,7 @@ def test_the_api_docs_page_renders_with_no_request_to_another_host(
     """Swagger UI in a browser that may reach only this server draws the SendDock API from
     the files this server serves."""
     elsewhere: list[str] = []
+    problems: list[str] = []  # a script or style the page's CSP refused shows up here
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path)
         context = browser.new_context()
@@ -248,9 +249,13 @@ def test_the_api_docs_page_renders_with_no_request_to_another_host(
 
         context.route("**/*", only_here)
         page = context.new_page()
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
         page.set_default_timeout(20_000)
         sign_in(page, still_server, "/docs")
         page.locator(".swagger-ui .info .title", has_text="SendDock").wait_for()
         page.locator(".opblock", has_text="/api/v1/campaigns").first.wait_for()
+        page.locator(".opblock-summary", has_text="/api/v1/campaigns").first.click()
+        page.locator(".opblock-body").first.wait_for()
         browser.close()
     assert elsewhere == []
+    assert problems == []

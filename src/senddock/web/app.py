@@ -34,6 +34,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from senddock.audience import optin, suppressions
 from senddock.campaigns import scheduler
@@ -41,7 +42,7 @@ from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
-from senddock.web import api, dashboard, docs, errors, guard, login_limits, metrics, sessions
+from senddock.web import api, dashboard, docs, errors, guard, headers, login_limits, metrics, sessions
 
 log = logging.getLogger("senddock.web")
 
@@ -54,18 +55,24 @@ INSERT INTO app_secrets (name, value)
 VALUES ('session_key', %s) ON CONFLICT (name) DO NOTHING
 """
 
+PAGE_STYLE = (
+    "body{font:16px/1.5 system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}\n"
+    "button{font:inherit;padding:.5rem 1.25rem;cursor:pointer}"
+)
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="robots" content="noindex"><title>{title}</title>
-<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}}
-button{{font:inherit;padding:.5rem 1.25rem;cursor:pointer}}</style></head>
+<style>{style}</style></head>
 <body><h1>{title}</h1>{body}</body></html>
 """
+# The pages' one inline block is their style: allowed by its hash, nothing else inline.
+PAGE_POLICY = headers.policy(styles=(headers.source_hash(PAGE_STYLE),))
 
 
 def page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(PAGE.format(title=html.escape(title), body=body), status_code=status)
+    text = PAGE.format(title=html.escape(title), body=body, style=PAGE_STYLE)
+    return HTMLResponse(text, status_code=status, headers={headers.CSP: PAGE_POLICY})
 
 
 INVALID = (
@@ -202,6 +209,14 @@ def cookie_secure(links: LinkSettings) -> bool:
     return links.public_url.lower().startswith("https://") or forced in ("1", "true", "yes")
 
 
+class SendDock(FastAPI):
+    """FastAPI whose every answer, a 500 of its outermost middleware too, carries the
+    security headers (web/headers.py)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return headers.SecureHeaders(super().build_middleware_stack())
+
+
 def create_app(
     database_url: str,
     links: LinkSettings | None = None,
@@ -259,7 +274,7 @@ def create_app(
             checker.close()
             await run_in_threadpool(pool.close)
 
-    app = FastAPI(
+    app = SendDock(
         title="SendDock",
         version="1",
         summary="Self-hosted email broadcasts: subscribers, lists, campaigns and their queue.",

@@ -10,13 +10,15 @@ Redoc still fetched its logo from cdn.redoc.ly (seen in Chromium with other host
 
 from __future__ import annotations
 
+import re
+
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from senddock.web import auth
+from senddock.web import auth, headers
 from senddock.web.dashboard.gate import login_url
 from senddock.web.dashboard.views import redirect
 
@@ -24,6 +26,7 @@ SCHEMA = "/openapi.json"
 ASSETS = "/docs/static"
 # No online validator badge: Swagger UI would fetch it from validator.swagger.io.
 SWAGGER_PARAMETERS = {"validatorUrl": None}
+INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 router = APIRouter(include_in_schema=False)
 
@@ -58,6 +61,9 @@ def swagger_ui(request: Request) -> Response:
         swagger_ui_parameters=SWAGGER_PARAMETERS,
     )
     page.headers["Cache-Control"] = "no-store"  # a page for the signed-in only
+    # Swagger UI starts from one inline script: the policy allows exactly that one.
+    started = INLINE_SCRIPT.findall(bytes(page.body).decode())
+    page.headers[headers.CSP] = headers.policy(scripts=tuple(map(headers.source_hash, started)))
     return page
 
 

@@ -10,6 +10,11 @@
     if (inner) inner.style.width = percent + "%";
   }
 
+  // Bars are drawn here, not in a style attribute: the page's CSP allows no inline style.
+  document.querySelectorAll("[role=progressbar][aria-valuenow]").forEach(function (el) {
+    setBar(el, el.getAttribute("aria-valuenow"));
+  });
+
   // Put data[field] into every [data-field] under scope; show the forms meant for the status.
   function fill(scope, data) {
     scope.querySelectorAll("[data-field]").forEach(function (el) {
