@@ -111,7 +111,11 @@ def test_health_needs_no_token_and_readyz_fails_while_migrations_are_behind(
     try:
         behind = httpx.get(server.url + "/readyz")
         assert behind.status_code == 503
-        assert behind.json()["migrations"] is False and "0005_web.sql" in behind.json()["message"]
+        assert (
+            behind.json()["migrations"] is False and "senddock migrate" in behind.json()["message"]
+        )
+        assert "0005_web.sql" not in behind.text  # named in the log only
+        assert wait_until(lambda: "0005_web.sql" in server.text(), timeout=5)
     finally:
         conn.execute("INSERT INTO schema_migrations (version, name) VALUES (5, %s)", (row["name"],))
     assert httpx.get(server.url + "/readyz").status_code == 200

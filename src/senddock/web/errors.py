@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 from senddock.audience.addresses import InvalidAddress
 from senddock.audience.importer import UnreadableFile
@@ -123,6 +124,22 @@ SERVICE_ERRORS = (
 )
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed(request: Request) -> str:
+    """The Allow header of a 405: every method some route answers at this path (Starlette
+    names only those of the first route that matched; one path may have several routes).
+    Mounts (static files) match any method, so they are left to their own answer."""
+    routes = [r for r in request.app.router.routes if not isinstance(r, Mount)]
+    found = [
+        method
+        for method in METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
+    return ", ".join(found)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every expected failure into the error shape."""
 
@@ -155,11 +172,16 @@ def install(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 405:
+            given = (exc.headers or {}).get("Allow", "GET, HEAD")  # a mount: static files
+            exc.headers = {**(exc.headers or {}), "Allow": allowed(request) or given}
         if not request.url.path.startswith("/api/"):
             return await http_exception_handler(request, exc)
         if exc.status_code == 400:  # a body that cannot even be parsed: bad input like any
             return body(422, str(exc.detail), "body")
-        return body(exc.status_code, str(exc.detail))
+        answer = body(exc.status_code, str(exc.detail))
+        answer.headers.update(exc.headers or {})
+        return answer
 
     async def data_error(request: Request, exc: Exception) -> Response:
         # Input Postgres cannot hold (a NUL byte, a number out of range): the client's fault.

@@ -35,6 +35,9 @@ log = logging.getLogger("senddock.web")
 
 router = APIRouter()
 
+NO_DATABASE = "the database check failed (the server log says why)"
+SCHEMA_BEHIND = "the database schema is not current: run 'senddock migrate'"
+
 # Finished jobs by outcome: sent, or failed with its reason (bounced, suppressed, …).
 OUTCOMES = """
 SELECT CASE WHEN status = 'failed' THEN 'failed_' || coalesce(failure, 'unknown')
@@ -181,15 +184,17 @@ def metrics(request: Request) -> Response:
     responses={503: {"model": Ready, "description": "Not ready"}},
 )
 def readyz(request: Request) -> Response:
+    """Anyone may ask, so the answer names only the check that failed; why (a host, a
+    database name, a missing migration) goes to the log."""
     try:
         with request.app.state.pool.connection(timeout=5) as conn:
             check_current(conn)
     except MigrationError as exc:
-        body = Ready(ready=False, database=True, migrations=False, message=str(exc))
+        log.warning("not ready: %s", exc)
+        body = Ready(ready=False, database=True, migrations=False, message=SCHEMA_BEHIND)
         return JSONResponse(body.model_dump(), status_code=503)
     except (psycopg.Error, PoolTimeout) as exc:
-        text = str(exc).strip().splitlines()
-        msg = text[0] if text else type(exc).__name__
-        body = Ready(ready=False, database=False, migrations=False, message=msg)
+        log.warning("not ready: the database check failed: %s", " ".join(str(exc).split()))
+        body = Ready(ready=False, database=False, migrations=False, message=NO_DATABASE)
         return JSONResponse(body.model_dump(), status_code=503)
     return JSONResponse(Ready(ready=True, database=True, migrations=True).model_dump())
