@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,33 +95,77 @@ class ImportReport:
 Reject = Callable[[int, str], None]
 
 
+# One bad row is reported by its line and the rest imported (issue 19.8): a field longer
+# than MAX_FIELD, bytes that are not UTF-8, attributes nested deeper than MAX_DEPTH. The
+# csv module's own limit (128 KiB) raised mid-file, and after it the parser resumes inside
+# the field (the next row is lost too): ours is checked per row, the module's is lifted
+# (a field is at most the file, whose upload is capped: web/guard.py).
+MAX_FIELD = 64 * 1024
+MAX_DEPTH = 32  # psycopg and json cannot load a JSON value nested ~1,000 levels deep
+csv.field_size_limit(2**31 - 1)
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # what errors="surrogateescape" makes of bad bytes
+
+Row = list[str] | str  # the fields, or why the row cannot be read
+
+
 def _open(path: Path) -> io.TextIOWrapper:
     try:
-        return path.open(newline="", encoding="utf-8-sig")
+        return path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _rows(path: Path, handle: io.TextIOWrapper) -> Iterator[tuple[int, list[str]]]:
-    """(line the row starts on, fields) for every non-blank row after the header."""
+def _rows(handle: io.TextIOWrapper) -> Iterator[tuple[int, Row]]:
+    """(line the row starts on, fields or why not) for every non-blank row."""
     reader = csv.reader(handle)
     line = 1
-    try:
-        for row in reader:
-            if row:
-                yield line, row
-            line = reader.line_num + 1
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise UnreadableFile(f"{path}, line {reader.line_num + 1}: {exc}") from exc
+    while True:
+        try:
+            row: Row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            row = f"cannot be read as CSV: {exc}"
+        if row:
+            yield line, row
+        line = reader.line_num + 1
 
 
-def _header(path: Path, rows: Iterator[tuple[int, list[str]]]) -> list[str]:
+def _header(path: Path, rows: Iterator[tuple[int, Row]]) -> list[str]:
     first = next(rows, None)
+    if first is not None and isinstance(first[1], str):
+        raise UnreadableFile(f"{path}: the header row {first[1]}")
     fields = [f.strip().lower() for f in first[1]] if first else []
     if "email" not in fields:
-        hint = _delimiter_hint(first[1]) if first else ""
+        hint = _delimiter_hint(list(first[1])) if first else ""
         raise UnreadableFile(f"{path}: the header row has no 'email' column{hint}")
+    named = [f for f in fields if f]
+    twice = next((f for i, f in enumerate(named) if f in named[:i]), None)
+    if twice is not None:
+        raise UnreadableFile(f"{path}: the header row names the column '{twice}' twice")
     return fields
+
+
+def _depth(text: str) -> int:
+    """How deep the arrays and objects of the JSON `text` nest (strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 # Delimiters spreadsheets write instead of commas (Excel in many locales writes ';').
@@ -152,6 +197,12 @@ class _Parser:
         self.extra = [(i, f) for i, f in enumerate(fields) if f not in skip]
 
     def parse(self, row: list[str]) -> tuple[str, str, str] | str:
+        if any(len(v) > MAX_FIELD for v in row):
+            return f"a field is longer than {MAX_FIELD // 1024} KiB"
+        bad = next((NOT_UTF8.search(v) for v in row if NOT_UTF8.search(v)), None)
+        if bad is not None:
+            byte = ord(bad.group()) - 0xDC00
+            return f"not UTF-8 text (byte 0x{byte:02X}): save the file as UTF-8"
         if len(row) > self.width:
             return "more fields than the header"
         if len(row) < self.width:
@@ -171,9 +222,11 @@ class _Parser:
             return str(exc)
         attrs: dict[str, Any] = {}
         if self.attrs is not None and row[self.attrs].strip():
+            if _depth(row[self.attrs]) > MAX_DEPTH:
+                return f"attributes nest deeper than {MAX_DEPTH} levels"
             try:
                 attrs = json.loads(row[self.attrs])
-            except ValueError:
+            except (ValueError, RecursionError):
                 return "attributes is not valid JSON"
             if not isinstance(attrs, dict):
                 return "attributes is not a JSON object"
@@ -204,7 +257,7 @@ def import_csv(
             report.rejected.append((line, reason))
 
     with _open(path) as handle:
-        rows = _rows(path, handle)
+        rows = _rows(handle)
         parser = _Parser(_header(path, rows))  # checks the file before touching the database
         with conn.transaction():
             list_id = ensure_list(conn, list_name)
@@ -228,7 +281,7 @@ def import_csv(
             batch.clear()
 
         for line, row in rows:
-            parsed = parser.parse(row)
+            parsed = row if isinstance(row, str) else parser.parse(row)
             if isinstance(parsed, str):
                 reject(line, parsed)
                 continue
