@@ -163,3 +163,32 @@ def test_a_password_of_spaces_is_refused(db_url: str, password: str) -> None:
     )
     assert done.returncode != 0, done.stdout
     assert "password" in done.stderr.lower()
+
+
+TWO_FROMS = ["a@example.org, b@example.org", "News <a@example.org>, Other <b@example.org>"]
+
+
+def test_a_from_with_two_addresses_is_refused_at_create(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    seed_list(conn, "news", ["ada@example.org"])
+    make_admin(db_url, EMAIL, PASSWORD)
+    server = serve(workers=False)
+    campaign = {"name": "x", "lists": ["news"], "subject": "Hi", "text_body": "Hello"}
+    with server.client(make_token(db_url)) as c:
+        for two in TWO_FROMS:
+            r = c.post("/api/v1/campaigns", json={**campaign, "from_addr": two})
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["field"] == "from_addr", r.text
+        one = c.post("/api/v1/campaigns", json={**campaign, "from_addr": '"Doe, J" <j@x.org>'})
+        assert one.status_code == 201, one.text
+    with signed_in(server.url) as c:
+        page = c.get("/campaigns/new")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        form = {"csrf": csrf.group(1), "name": "y", "lists": "news", "subject": "Hi"}
+        form |= {"from_addr": TWO_FROMS[0], "text_body": "Hello"}
+        r = c.post("/campaigns", data=form)
+        assert r.status_code == 422 and "one From address" in r.text, r.text[:500]
+    row = conn.execute("SELECT count(*) AS n FROM campaigns").fetchone()
+    assert row is not None and row["n"] == 1
