@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import httpx
 import pytest
@@ -192,3 +193,28 @@ def test_a_from_with_two_addresses_is_refused_at_create(
         assert r.status_code == 422 and "one From address" in r.text, r.text[:500]
     row = conn.execute("SELECT count(*) AS n FROM campaigns").fetchone()
     assert row is not None and row["n"] == 1
+
+
+def test_live_streams_are_capped_per_session_and_end_after_their_lifetime(
+    db_url: str, serve: ServerFactory
+) -> None:
+    make_admin(db_url, EMAIL, PASSWORD)
+    server = serve(workers=False, env={"SENDDOCK_STREAM_SECONDS": "3"})
+    with signed_in(server.url) as c, ExitStack() as held:
+        opened = [held.enter_context(c.stream("GET", "/events/workers")) for _ in range(5)]
+        assert [r.status_code for r in opened] == [200] * 5
+        extra = c.get("/events/workers")
+        assert extra.status_code == 429, extra.text[:300]
+        # A stream ends by itself after its lifetime (the browser reconnects).
+        started = time.monotonic()
+        for r in opened:
+            for _ in r.iter_bytes():
+                pass
+        assert time.monotonic() - started < 10
+    with signed_in(server.url) as c:
+        # The ended streams gave their slots back.
+        def free() -> bool:
+            with c.stream("GET", "/events/workers") as r:
+                return r.status_code == 200
+
+        assert wait_until(free, timeout=10)

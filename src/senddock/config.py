@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     enqueue_chunk: int = Field(default=50_000, ge=1)
     # The largest CSV upload (API and dashboard), in MB: a bigger body is answered 413.
     max_import_mb: int = Field(default=50, ge=1)
+    # Dashboard live streams (/events/): each ends after this many seconds (the browser
+    # reconnects), and one session from one address holds at most this many at once.
+    stream_seconds: float = Field(default=300.0, gt=0)
+    streams_per_session: int = Field(default=5, ge=1)
     # `serve`: the peers whose X-Forwarded-For names the client (reverse proxies); none by
     # default, so a client cannot pick the address its sign-in attempts are counted against.
     trusted_proxies: str = ""

@@ -2,13 +2,17 @@
 
 Each stream reads the database in a worker thread on its period and sends one JSON event;
 static/dashboard.js puts the values into the page. A stream ends when the browser goes away
-(sse-starlette notices the disconnect) or when what it watches is finished.
+(sse-starlette notices the disconnect), when what it watches is finished, or after
+SENDDOCK_STREAM_SECONDS (the browser's EventSource then reconnects by itself). One session
+from one address holds at most SENDDOCK_STREAMS_PER_SESSION streams at once; one more is
+answered 429 (each holds a database read every second: issue 19.8).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,11 +25,11 @@ from starlette.responses import Response
 
 from senddock import campaigns
 from senddock.delivery.rescuer import list_workers
-from senddock.web import imports
+from senddock.web import auth, imports
 from senddock.web.dashboard import queries
 from senddock.web.dashboard.campaign_pages import live_state
 from senddock.web.dashboard.gate import LoggedIn
-from senddock.web.dashboard.views import Page, db
+from senddock.web.dashboard.views import Page, db, render
 
 log = logging.getLogger("senddock.web.dashboard")
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
@@ -42,17 +46,55 @@ def _event(name: str, data: dict[str, Any]) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(data, default=str), event=name)
 
 
+class Streams:
+    """How many streams each session (admin and client address) holds now; one event loop
+    touches it, so no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def take(self, key: str) -> bool:
+        if self.open.get(key, 0) >= self.limit:
+            return False
+        self.open[key] = self.open.get(key, 0) + 1
+        return True
+
+    def give_back(self, key: str) -> None:
+        left = self.open.get(key, 1) - 1
+        if left > 0:
+            self.open[key] = left
+        else:
+            self.open.pop(key, None)
+
+
+class CountedStream(EventSourceResponse):
+    """An event stream that gives its slot back however it ends."""
+
+    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
 async def _every(
     seconds: float,
     read: Callable[[int], dict[str, Any] | None],
     name: str,
     stop: anyio.Event,
+    lifetime: float,
 ) -> AsyncIterator[ServerSentEvent]:
     """Call read(tick) in a thread every `seconds` and send what it returns, until it returns
-    None or the server shuts down (`stop`; the stream then ends cleanly). A failed read (the
-    database restarting) is logged and skipped, not fatal."""
+    None, `lifetime` seconds have passed, or the server shuts down (`stop`; the stream then
+    ends cleanly). A failed read (the database restarting) is logged and skipped."""
     tick = 0
-    while not stop.is_set():
+    end = time.monotonic() + lifetime
+    while not stop.is_set() and time.monotonic() < end:
         try:
             data = await run_in_threadpool(read, tick)
         except Exception:
@@ -67,16 +109,32 @@ async def _every(
 
 
 def stream(
-    seconds: float, read: Callable[[int], dict[str, Any] | None], name: str
-) -> EventSourceResponse:
-    """An event stream of read() every `seconds`, named `name`."""
+    request: Request, seconds: float, read: Callable[[int], dict[str, Any] | None], name: str
+) -> Response:
+    """An event stream of read() every `seconds`, named `name`; 429 past the session's cap."""
+    state = request.app.state
+    settings = state.settings
+    if not hasattr(state, "live_streams"):
+        state.live_streams = Streams(settings.streams_per_session)
+    streams: Streams = state.live_streams
+    key = f"{auth.session_admin(request)}|{request.client.host if request.client else ''}"
+    if not streams.take(key):
+        return render(
+            request,
+            "error.html",
+            429,
+            title="Too many live views",
+            message="This session already follows as many live pages as it may. "
+            "Close some tabs, then reload.",
+        )
     stop = anyio.Event()
-    return EventSourceResponse(
-        _every(seconds, read, name, stop),
+    return CountedStream(
+        _every(seconds, read, name, stop, settings.stream_seconds),
         ping=PING_SECONDS,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=stop,
         shutdown_grace_period=SHUTDOWN_GRACE,
+        release=lambda: streams.give_back(key),
     )
 
 
@@ -90,7 +148,7 @@ async def campaign_list_events(request: Request, page: str = "1") -> Response:
             rows = queries.campaigns_page(conn, at.size, at.offset)
         return {"campaigns": [{k: r[k] for k in CAMPAIGN_KEYS} for r in rows]}
 
-    return stream(1.0, read, "campaigns")
+    return stream(request, 1.0, read, "campaigns")
 
 
 @router.get("/events/campaigns/{campaign_id}")
@@ -105,7 +163,7 @@ async def campaign_events(request: Request, campaign_id: int) -> Response:
                 return None
         return state
 
-    return stream(1.0, read, "campaign")
+    return stream(request, 1.0, read, "campaign")
 
 
 @router.get("/events/imports/{job_id}")
@@ -124,7 +182,7 @@ async def import_events(request: Request, job_id: int) -> Response:
         finished = job["status"] in IMPORT_DONE
         return dict(job)
 
-    return stream(0.5, read, "import")
+    return stream(request, 0.5, read, "import")
 
 
 @router.get("/events/workers")
@@ -137,7 +195,7 @@ async def worker_events(request: Request) -> Response:
             rows = list_workers(conn)
         return {"workers": [worker_row(r, lease) for r in rows]}
 
-    return stream(2.0, read, "workers")
+    return stream(request, 2.0, read, "workers")
 
 
 def worker_row(row: dict[str, Any], lease: float) -> dict[str, Any]:
