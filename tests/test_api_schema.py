@@ -9,6 +9,7 @@ A summary (operations, examples, statuses, failures) is printed at the end of th
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -157,3 +158,42 @@ def test_the_docs_page_and_the_schema_are_served(live: tuple[Server, str]) -> No
     spec = httpx.get(server.url + "/openapi.json", headers=headers).json()
     assert spec["info"]["title"] == "SendDock"
     assert "/api/v1/campaigns/{campaign_id}" in spec["paths"]
+
+
+STATEFUL_EXAMPLES = 10
+STATEFUL_STEPS = 6
+
+
+def test_sequences_of_operations_linked_by_their_ids_never_5xx(
+    live: tuple[Server, str],
+) -> None:
+    """The stateful phase: schemathesis chains operations through the links it infers (a
+    created campaign's id into GET /campaigns/{id}, …); bounded to run in well under a
+    minute."""
+    server, token = live
+    auth = {"Authorization": f"Bearer {token}"}
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json", headers=auth)
+    base = schema.as_state_machine()
+
+    class Machine(base):  # type: ignore[valid-type,misc]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": server.url, "headers": auth, "timeout": 30}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            statuses = STATS.setdefault("stateful", Counter())
+            statuses[str(response.status_code)] += 1
+            case.validate_response(response, checks=CHECKS, headers=auth)
+
+    started = time.monotonic()
+    Machine.run(
+        settings=settings(
+            max_examples=STATEFUL_EXAMPLES,
+            stateful_step_count=STATEFUL_STEPS,
+            derandomize=True,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            phases=[Phase.generate],
+        )
+    )
+    assert time.monotonic() - started < 60
