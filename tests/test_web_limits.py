@@ -23,7 +23,7 @@ import pytest
 from senddock.campaigns.compose import link_key
 from senddock.messages import UNSUBSCRIBE, LinkSettings, sign
 from support import Conn, seed_list, wait_until
-from web_support import Server, ServerFactory, make_token, servers
+from web_support import Server, ServerFactory, make_admin, make_token, servers
 
 MB = 1024 * 1024
 HUNDRED_MB = 100 * MB
@@ -272,3 +272,28 @@ def test_an_import_over_its_cap_gets_413_and_imports_nothing(
             lambda: c.get(f"/api/v1/imports/{job}").json()["status"] == "done", timeout=30
         )
         assert c.get(f"/api/v1/imports/{job}").json()["imported"] == 1_000
+
+
+def test_a_dashboard_import_over_its_cap_gets_a_413_page(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    make_admin(db_url, "admin@example.org", "correct horse battery staple")
+    server = serve(workers=False, env={"SENDDOCK_MAX_IMPORT_MB": "1"})
+    with server.client() as c:
+        form = c.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        login = {"email": "admin@example.org", "password": "correct horse battery staple"}
+        assert c.post("/login", data={**login, "csrf": csrf.group(1)}).status_code == 303
+        page = c.get("/lists")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        r = c.post(
+            "/lists/import",
+            data={"csrf": token.group(1), "list_name": "big"},
+            files={"file": ("people.csv", _csv(60_000), "text/csv")},
+        )
+        assert r.status_code == 413, r.text[:300]
+        assert "the file is larger than 1 MB" in r.text and "<html" in r.text
+    row = conn.execute("SELECT count(*) AS n FROM import_jobs").fetchone()
+    assert row is not None and row["n"] == 0
