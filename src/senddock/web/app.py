@@ -42,7 +42,17 @@ from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
-from senddock.web import api, dashboard, docs, errors, guard, headers, login_limits, metrics, sessions
+from senddock.web import (
+    api,
+    dashboard,
+    docs,
+    errors,
+    guard,
+    headers,
+    login_limits,
+    metrics,
+    sessions,
+)
 
 log = logging.getLogger("senddock.web")
 
@@ -291,7 +301,7 @@ def create_app(
     app.state.password_checker = checker
     # Innermost: the guard authenticates from the admin id SessionCheck has resolved.
     app.add_middleware(guard.BodyGuard, import_cap=settings.max_import_mb * 1024 * 1024)
-    # Added before SessionMiddleware, so it runs inside SessionMiddleware: the cookie is decoded by then.
+    # Outside the guard, inside SessionMiddleware: the cookie is decoded by then.
     app.add_middleware(
         sessions.SessionCheck,
         pool=pool,
