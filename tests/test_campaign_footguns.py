@@ -468,3 +468,21 @@ def test_messages_about_one_recipient_say_recipient(
     assert "1 recipients" not in sent.stdout + sent.stderr
     cancelled = ok(senddock(env, "campaign", "cancel", str(cid))).stdout
     assert "1 message will not be sent" in cancelled, cancelled
+
+
+@pytest.mark.parametrize(
+    "two", ["a@example.org, b@example.org", "News <a@example.org>, Other <b@example.org>"]
+)
+def test_the_command_line_refuses_a_from_with_two_addresses_and_keeps_one_with_a_comma(
+    env: dict[str, str], conn: Conn, tmp_path: Path, two: str
+) -> None:
+    # The first address alone was stored and sent from; the second vanished unsaid.
+    seed_list(conn, "news", ["ada@example.com"])
+    body = tmp_path / "b.txt"
+    body.write_text("Hello\n", encoding="utf-8")
+    fields = ["--name", "N", "--list", "news", "--subject", "S", "--text-file", str(body)]
+    one_line_error(senddock(env, "campaign", "create", *fields, "--from", two), "several")
+    one_line_error(senddock(env, "campaign", "create", *fields, "--from", FROM, "--reply-to", two))
+    assert campaigns_count(conn) == 0
+    ok(senddock(env, "campaign", "create", *fields, "--from", '"Doe, J" <j@example.org>'))
+    assert campaigns_count(conn) == 1

@@ -151,7 +151,7 @@ def test_readyz_names_the_failed_check_not_the_database_error(
     assert httpx.get(server.url + "/readyz").status_code == 200
 
 
-@pytest.mark.parametrize("password", [" " * 10, " " * 30, "\t" * 12])
+@pytest.mark.parametrize("password", [" " * 10, " " * 30, "\t" * 12, "a" + " " * 9, " ab " * 2])
 def test_a_password_of_spaces_is_refused(db_url: str, password: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "senddock", "admin", "create", "--email", EMAIL],

@@ -279,9 +279,19 @@ def _format_from(from_addr: str) -> str:
     return email.utils.formataddr((name, addr), charset="utf-8") if name else addr
 
 
+def address_count(value: str) -> int:
+    """How many addresses a From header value names ('"Doe, J" <j@x.org>' is one)."""
+    return len([a for _, a in email.utils.getaddresses([value]) if a])
+
+
 def _address_header(what: str, value: str) -> tuple[str, str]:
-    """(header value, bare address) of a `Name <addr>` value; HeaderError if it is not one."""
+    """(header value, bare address) of a `Name <addr>` value; HeaderError if it is not one.
+
+    Two addresses are refused: parseaddr keeps the first and the rest would vanish unsaid.
+    """
     check_header(what, value)
+    if address_count(value) > 1:
+        raise HeaderError(f"{what} names several addresses ({value!r}): give one")
     _, addr = email.utils.parseaddr(value)
     if "@" not in addr or " " in addr:
         raise HeaderError(f"{what} address {value!r} is not an email address")

@@ -94,11 +94,14 @@ def remove_admin(conn: Conn, email: str) -> bool:
 
 
 def check_password(password: str) -> None:
-    """Refuse a password too short to keep (spaces alone do not count)."""
+    """Refuse a password too short to keep (spaces at either end do not count)."""
     if not password.strip():
         raise AuthError("the password must not be empty or only spaces")
-    if len(password) < MIN_PASSWORD:
-        raise AuthError(f"the password must have at least {MIN_PASSWORD} characters")
+    if len(password.strip()) < MIN_PASSWORD:
+        raise AuthError(
+            f"the password must have at least {MIN_PASSWORD} characters besides leading"
+            " and trailing spaces"
+        )
 
 
 def set_password(conn: Conn, email: str, password: str) -> bool:

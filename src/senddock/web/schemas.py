@@ -6,11 +6,12 @@ bigint; page sizes are capped. Bad input is a 422 naming the field, never a 500.
 
 from __future__ import annotations
 
-import email.utils
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from senddock.messages.render import address_count
 
 BIGINT = 2**63 - 1
 MAX_PER_PAGE = 500
@@ -22,15 +23,9 @@ def _no_nul(value: str) -> str:
     return value
 
 
-def from_count(value: str) -> int:
-    """How many addresses a From header value names ('"Doe, J" <j@x.org>' is one)."""
-    return len([a for _, a in email.utils.getaddresses([value]) if a])
-
-
 def _one_from(value: str) -> str:
-    # campaigns.create_campaign keeps a From as typed and sends from its first address only;
-    # the check belongs there (campaigns/compose), which this branch may not change.
-    if from_count(value) > 1:
+    # campaigns.create_campaign refuses it too (messages.render): here it is the field's 422.
+    if address_count(value) > 1:
         raise ValueError("give one From address, not several")
     return value
 

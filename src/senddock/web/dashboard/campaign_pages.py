@@ -17,11 +17,11 @@ from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
 from senddock.messages import HeaderError, TemplateProblem
+from senddock.messages.render import address_count
 from senddock.web.dashboard import queries
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Conn, Page, db, flash, like, not_found, redirect, render
-from senddock.web.schemas import from_count
 from senddock.words import plural
 
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
@@ -130,7 +130,7 @@ def _missing(form: dict[str, Any]) -> str:
     for field, label in (("name", "a name"), ("subject", "a subject"), ("from_addr", "a From")):
         if not form[field].strip():
             return f"The campaign needs {label}."
-    if from_count(form["from_addr"]) > 1:
+    if address_count(form["from_addr"]) > 1:
         return "Give one From address, not several."
     if not form["lists"]:
         return "Choose at least one list."
