@@ -350,9 +350,12 @@ def test_one_row_is_a_row_and_one_member_a_member(db_url: str, tmp_path: Path) -
     bad.write_text("email\nnot-an-address\n")
     nothing = senddock(env, "subscribers", "import", str(bad), "--list", "news")
     assert nothing.returncode != 0
-    assert nothing.stderr.strip().splitlines()[-1] == (
+    # One line, saying which row and why.
+    [line] = nothing.stderr.strip().splitlines()
+    assert line.startswith(
         f"senddock: error: imported nothing from {bad}: the only row was rejected"
-    )
+    ), line
+    assert "line 2:" in line, line
 
 
 def test_show_says_a_suppressed_subscriber_is_suppressed_and_why(db_url: str) -> None:

@@ -251,16 +251,31 @@ def import_cmd(file: Path, list_name: str) -> None:
     Other columns become attributes. Re-importing updates; suppressed addresses stay suppressed.
     """
 
-    def rejected(line: int, reason: str) -> None:
+    # The first rejection is held back: when it is the file's only row, the error below is
+    # one line that says why; from the second on, each is printed as it is found.
+    held: list[tuple[int, str]] = []
+
+    def say(line: int, reason: str) -> None:
         click.echo(f"{file}:{line}: rejected: {reason}", err=True)
+
+    def rejected(line: int, reason: str) -> None:
+        held.append((line, reason))
+        if len(held) == 2:
+            say(*held[0])
+        if len(held) >= 2:
+            say(line, reason)
 
     with db() as conn:
         report = audience.import_csv(conn, file, list_name, on_reject=rejected)
-    if report.rejected_count and not report.imported:
-        every = "the only row was" if report.rejected_count == 1 else "all {n} rows were"
+    if len(held) == 1 and not report.imported:
+        line, reason = held[0]
         raise Fail(
-            f"imported nothing from {file}: {every.format(n=report.rejected_count)} rejected"
+            f"imported nothing from {file}: the only row was rejected (line {line}: {reason})"
         )
+    if len(held) == 1:
+        say(*held[0])
+    if report.rejected_count and not report.imported:
+        raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
     merged = f", {plural(report.merged, 'duplicate row')} merged" if report.merged else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
