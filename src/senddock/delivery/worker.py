@@ -50,9 +50,9 @@ from senddock.delivery.queue import NOTIFY_CHANNEL, Job, Outcome
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit, RateLimiter
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_failed
-from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
 from senddock.messages.render import RENDER_SECONDS, reset_clock
+from senddock.smtp.session import SmtpSession
 
 log = logging.getLogger("senddock.worker")
 
