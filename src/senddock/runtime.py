@@ -9,8 +9,9 @@ broadcast's message, and a maintainer (delivery/maintainer.py) that runs its dut
   cleaner    delivery/cleaner.py    retention: freeze counts, purge      every 60 s
   scheduler  here                   enqueue the due scheduled campaigns  a third of a lease
   enqueuer   here (PARTS of them)   carry broadcasts being enqueued      at once, or on NOTIFY
+  imports    here                   run and resume the HTTP imports      a chunk at a time
 
-`serve` runs the same maintainer with the scheduler (`--schedule-every`), and a
+`serve` runs the same maintainer with the scheduler (`--schedule-every`) and the imports, and a
 worker beside them unless `--no-workers`.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import psycopg
 
+from senddock.audience.import_jobs import Importer
 from senddock.campaigns import compose, scheduler
 from senddock.campaigns.broadcast import PARTS, enqueue_chunk
 from senddock.config import Settings
@@ -104,13 +106,29 @@ class Enqueuer(ThreadService):
         return 0.0
 
 
+class Imports(ThreadService):
+    """Run the HTTP imports: those queued, and those a dead process was running, resumed
+    (audience/import_jobs.py). A chunk a pass, so that stopping waits for one chunk at most."""
+
+    name = "imports"
+    period = 0.5
+
+    def __init__(self) -> None:
+        self.importer = Importer()
+
+    def run_once(self, conn: Conn) -> float | None:
+        return 0.0 if self.importer.run_once(conn) else None
+
+
 def build_worker(
     settings: Settings,
     url: str,
     concurrency: int,
     compose: Compose = compose_message,
+    *,
+    imports: bool = True,
 ) -> Worker:
-    """A worker with every duty of `senddock worker`."""
+    """A worker with every duty of `senddock worker` (`serve` runs the imports itself)."""
     worker = Worker(settings, url, concurrency, compose=compose)
     period = maintenance_period(settings)
     control = worker.control
@@ -123,15 +141,18 @@ def build_worker(
     # Broadcasts still being enqueued: their next chunks, PARTS at a time (broadcast.py).
     for _ in range(PARTS):
         duties.add(Enqueuer(control.stopping, control.wake, settings.enqueue_chunk))
+    if imports:
+        duties.add(Imports())
     return worker
 
 
 def serve_maintainer(url: str, schedule_every: float) -> Maintainer:
     """The duties `senddock serve` runs beside its pages: the scheduler (every
-    `schedule_every` seconds; 0: none)."""
+    `schedule_every` seconds; 0: none) and the imports."""
     duties = Maintainer(url, lambda: False)
     if schedule_every > 0:
         duties.add(Scheduler(schedule_every))
+    duties.add(Imports())
     return duties
 
 

@@ -253,14 +253,14 @@ def create_app(
         await run_in_threadpool(pool.open, True, 30)
         await run_in_threadpool(pages.open)
         app.state.link_key = pages.key
-        # The same maintainer as a worker's (senddock/runtime.py): the scheduler.
+        # The same maintainer as a worker's (senddock/runtime.py): the scheduler, the imports.
         duties = asyncio.create_task(serve_maintainer(database_url, schedule_every).run())
         duties.add_done_callback(_duties_ended)
         tasks: list[asyncio.Task[Any]] = [duties]
         worker = None
         worker_task = None
         if workers > 0:
-            worker = build_worker(settings, database_url, workers)
+            worker = build_worker(settings, database_url, workers, imports=False)
             worker_task = asyncio.create_task(worker.run())
         try:
             yield
