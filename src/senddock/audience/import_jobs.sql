@@ -7,8 +7,9 @@ INSERT INTO import_jobs (list_name) VALUES (%(list)s) RETURNING id
 
 -- name: keep_upload
 -- The upload, kept in the database until its import ends: any process can run the job, and
--- take it over after the one running it died.
-INSERT INTO import_uploads (job_id, content) VALUES (%(id)s, %(content)s)
+-- take it over after the one running it died. Sent in binary (%b): as text it would be
+-- hex, twice its size.
+INSERT INTO import_uploads (job_id, content) VALUES (%(id)s, %(content)b)
 
 -- name: get
 -- A job's state as the API and the dashboard show it.
