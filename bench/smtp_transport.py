@@ -6,8 +6,8 @@
 Each variant sends the same ~1.5 KB message to a new address over reused sessions in one
 uvloop process, with no rendering and no database: only the SMTP work differs.
  - aiosmtplib: its `mail()`, `rcpt()` and `data()`, one round trip each (DATA two);
- - one by one: delivery/smtp.py with the server's PIPELINING ignored, four round trips;
- - pipelined: delivery/smtp.py as the worker uses it next to the relay (RFC 2920), two round
+ - one by one: smtp/session.py with the server's PIPELINING ignored, four round trips;
+ - pipelined: smtp/session.py as the worker uses it next to the relay (RFC 2920), two round
    trips: MAIL, RCPT and DATA in one write, the body and its dot in another;
  - envelope with the dot: as the worker uses it with a relay a millisecond or more away, the
    next message's envelope in the same write as the final dot, one round trip.
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from senddock.config import SmtpTarget
-from senddock.delivery.smtp import SmtpSession
+from senddock.smtp.session import SmtpSession
 from speed import smtp_sink
 
 BODY = (

@@ -59,8 +59,8 @@ from senddock.cli import DEFAULT_CONCURRENCY, default_processes
 from senddock.config import SmtpTarget
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
-from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient
+from senddock.smtp.session import SmtpSession
 from senddock.testing import Catcher
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -506,7 +506,7 @@ def plain_inputs(conn: Conn, list_name: str, campaign_id: int) -> Plain:
 async def plain_loop(plain: Plain, smtp_url: str, connections: int) -> tuple[int, float]:
     """Send every message over `connections` reused sessions; (sent, seconds).
 
-    The sessions are SendDock's own transport (delivery/smtp.py) with nothing held back: the
+    The sessions are SendDock's own transport (smtp/session.py) with nothing held back: the
     same SMTP work as a worker, minus every durable step. With no commit to wait for, each
     session always sends its next envelope with the final dot: one round trip a message."""
     target = SmtpTarget.parse(smtp_url)

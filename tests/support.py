@@ -20,7 +20,7 @@ from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import Settings
 from senddock.db import connect
-from senddock.delivery.worker import Worker
+from senddock.runtime import build_worker
 from senddock.testing import Catcher, Fault
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -103,7 +103,7 @@ class ThreadWorker:
     def __init__(self, url: str, smtp_url: str, concurrency: int = 5, **overrides: Any) -> None:
         overrides.setdefault("retry_schedule", FAST_RETRIES)
         self.settings = Settings(database_url=url, smtp_url=smtp_url, **overrides)
-        self.worker = Worker(self.settings, url, concurrency)
+        self.worker = build_worker(self.settings, url, concurrency)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.exit_code: int | None = None
         self.error: BaseException | None = None

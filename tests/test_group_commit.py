@@ -16,7 +16,7 @@ from senddock.delivery.link import Link
 from senddock.delivery.outcome import Reply, Transition
 from senddock.delivery.queue import Job, Outcome
 from senddock.delivery.recorder import Recorder
-from senddock.delivery.smtp import AHEAD_WINDOW
+from senddock.smtp.session import AHEAD_WINDOW
 from senddock.testing import Catcher
 from senddock.testing.catcher import message_id_of
 from support import Conn, ThreadWorker, send_campaign, unfinished, wait_until
@@ -33,7 +33,7 @@ def test_the_final_dot_waits_until_the_previous_message_is_recorded(
 ) -> None:
     """When a session's next message is accepted, its previous one is already `sent`: with
     the relay quick to answer, and 5 ms slow, where each next envelope goes with the final dot
-    (delivery/smtp.py) and only the dot still waits for the commit. (The catcher in the
+    (smtp/session.py) and only the dot still waits for the commit. (The catcher in the
     worker's process may answer slowly enough for envelopes to go ahead in both.)"""
     emails = [f"reader{i}@example.com" for i in range(400)]
     _, bid = send_campaign(conn, "news", emails)

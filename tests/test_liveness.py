@@ -51,7 +51,7 @@ def test_a_live_worker_stalled_past_its_lease_keeps_its_job(
         ThreadWorker(db_url, catcher.url, CONCURRENCY, smtp_timeout=10, **LIVENESS) as peer,
     ):
         assert wait_until(lambda: campaign_done(conn, cid), 60), unfinished(conn, bid)
-        ids = {one.worker.shared.worker_id, peer.worker.shared.worker_id}
+        ids = {one.worker.worker_id, peer.worker.worker_id}
 
     rows = jobs(conn, bid)
     job = rows[stalled]
@@ -82,7 +82,7 @@ def test_a_killed_peer_on_this_host_is_rescued_by_a_live_one_at_once(
         # No restart: the live peer sees the lock free and the pid gone, and takes them back.
         assert wait_until(lambda: {h["job_id"] for h in handbacks.rescues()} >= left, 15)
         assert wait_until(lambda: campaign_done(conn, cid), 60), unfinished(conn, bid)
-        live_id = live.worker.shared.worker_id
+        live_id = live.worker.worker_id
 
     assert {h["owner"] for h in handbacks.rescues()} == {dead}
     assert {h["job_id"] for h in handbacks.rescues()} == left
@@ -109,7 +109,7 @@ def test_a_killed_peer_on_another_host_is_rescued_once_its_lease_lapses(
         last_beat = row["heartbeat_at"]
         assert wait_until(lambda: {h["job_id"] for h in handbacks.rescues()} >= left, 15)
         assert wait_until(lambda: campaign_done(conn, cid), 60), unfinished(conn, bid)
-        live_id = live.worker.shared.worker_id
+        live_id = live.worker.worker_id
 
     rescues = handbacks.rescues()
     assert {h["owner"] for h in rescues} == {dead}

@@ -1,4 +1,4 @@
-"""The SMTP transport (delivery/smtp.py) against a real server: what arrives, and when.
+"""The SMTP transport (smtp/session.py) against a real server: what arrives, and when.
 
 Each test runs with the server offering PIPELINING (MAIL, RCPT and DATA in one write) and
 without it (one command at a time).
@@ -18,7 +18,7 @@ from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
 from senddock.delivery.outcome import Reply, Verdict, judge
-from senddock.delivery.smtp import AHEAD_WINDOW, HOLD_WHOLE_BODY, SmtpSession, _bracketed
+from senddock.smtp.session import AHEAD_WINDOW, HOLD_WHOLE_BODY, SmtpSession, _bracketed
 from senddock.testing import Catcher
 
 HEAD = b"From: news@example.org\r\nTo: reader@example.com\r\nSubject: dots\r\n\r\n"

@@ -521,7 +521,7 @@ def workers_cmd(as_json: bool) -> None:
 def worker_cmd(concurrency: int, processes: int | None) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
     from senddock.delivery.processes import run_processes
-    from senddock.delivery.worker import run_worker
+    from senddock.runtime import run_worker
 
     s = settings()
     links = _link_settings()

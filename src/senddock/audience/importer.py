@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -236,6 +237,71 @@ class _Parser:
         return address, name, json.dumps(attrs, ensure_ascii=False) if attrs else "{}"
 
 
+Staged = tuple[int, str, str, str]  # line, email, name, attributes (JSON text)
+
+
+@dataclass
+class Chunk:
+    """The next rows of a file: those to import, those rejected, and how many rows in all."""
+
+    staged: list[Staged]
+    rejected: list[tuple[int, str]]
+    rows: int
+    ended: bool  # no row is left after these
+
+
+class RowReader:
+    """The data rows of an open CSV, checked, a chunk at a time (the header is checked at once:
+    UnreadableFile)."""
+
+    def __init__(self, handle: io.TextIOWrapper, path: Path) -> None:
+        self._rows = _rows(handle)
+        self._parser = _Parser(_header(path, self._rows))
+
+    def skip(self, n: int) -> None:
+        """Pass over the next `n` rows unread (a resumed import's rows already done)."""
+        for _ in itertools.islice(self._rows, n):
+            pass
+
+    def chunk(self, size: int = BATCH) -> Chunk:
+        """Rows up to the `size`-th one to import (rejected rows do not count toward it)."""
+        chunk = Chunk([], [], 0, False)
+        for line, row in self._rows:
+            chunk.rows += 1
+            parsed = row if isinstance(row, str) else self._parser.parse(row)
+            if isinstance(parsed, str):
+                chunk.rejected.append((line, parsed))
+                continue
+            chunk.staged.append((line, *parsed))
+            if len(chunk.staged) >= size:
+                return chunk
+        chunk.ended = True
+        return chunk
+
+
+def open_bytes(content: bytes) -> io.TextIOWrapper:
+    """An uploaded file's bytes, read as `_open` reads a file."""
+    return io.TextIOWrapper(
+        io.BytesIO(content), newline="", encoding="utf-8-sig", errors="surrogateescape"
+    )
+
+
+def prepare(conn: psycopg.Connection[dict[str, Any]], list_name: str) -> int:
+    """Before the first chunk: the list (made if new) and this connection's stage table."""
+    with conn.transaction():
+        list_id = ensure_list(conn, list_name)
+        conn.execute(STAGE)
+    return list_id
+
+
+def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> None:
+    """Upsert one chunk's rows and their memberships (inside the caller's transaction)."""
+    with conn.cursor().copy("COPY import_stage (line, email, name, attrs) FROM STDIN") as copy:
+        for item in staged:
+            copy.write_row(item)
+    conn.execute(MERGE_BATCH, {"list": list_id})
+
+
 def import_csv(
     conn: psycopg.Connection[dict[str, Any]],
     path: Path,
@@ -257,38 +323,23 @@ def import_csv(
             report.rejected.append((line, reason))
 
     with _open(path) as handle:
-        rows = _rows(handle)
-        parser = _Parser(_header(path, rows))  # checks the file before touching the database
+        reader = RowReader(handle, path)  # checks the file before touching the database
+        list_id = prepare(conn, list_name)
         with conn.transaction():
-            list_id = ensure_list(conn, list_name)
-            conn.execute(STAGE)
             conn.execute(SEEN)
             conn.execute("TRUNCATE import_seen")
-        batch: list[tuple[int, str, str, str]] = []
-
-        def flush() -> None:
-            if not batch:
-                return
-            with conn.transaction():
-                with conn.cursor().copy(
-                    "COPY import_stage (line, email, name, attrs) FROM STDIN"
-                ) as copy:
-                    for item in batch:
-                        copy.write_row(item)
-                conn.execute(MERGE_BATCH, {"list": list_id})
-                report.addresses += conn.execute(COUNT_NEW).rowcount
-            report.imported += len(batch)
-            batch.clear()
-
-        for line, row in rows:
-            parsed = row if isinstance(row, str) else parser.parse(row)
-            if isinstance(parsed, str):
-                reject(line, parsed)
+        ended = False
+        while not ended:
+            chunk = reader.chunk()
+            for line, reason in chunk.rejected:
+                reject(line, reason)
+            ended = chunk.ended
+            if not chunk.staged:
                 continue
-            batch.append((line, *parsed))
-            if len(batch) >= BATCH:
-                flush()
-        flush()
+            with conn.transaction():
+                merge(conn, list_id, chunk.staged)
+                report.addresses += conn.execute(COUNT_NEW).rowcount
+            report.imported += len(chunk.staged)
         with conn.transaction():
             conn.execute("DROP TABLE import_seen")  # its rows live as long as the connection
     return report

@@ -12,9 +12,8 @@ from typing import Any
 import psycopg
 
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery.outcome import Reply
-from senddock.delivery.smtp import SmtpSession
 from senddock.messages import LinkSettings, sign
+from senddock.smtp import Reply, SmtpSession
 
 CONFIRM = "confirm"
 Conn = psycopg.Connection[dict[str, Any]]

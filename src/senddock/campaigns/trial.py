@@ -14,9 +14,8 @@ import psycopg
 from senddock.audience.addresses import normalize
 from senddock.campaigns.compose import campaign_message, recipient_for
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery.outcome import Reply
-from senddock.delivery.smtp import SmtpSession
 from senddock.messages import LinkSettings
+from senddock.smtp import Reply, SmtpSession
 
 
 def send_test(

@@ -4,17 +4,18 @@ A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago first ha
 counts frozen into `broadcasts.final_counts` (one transaction, with the row locked), and only
 then are its jobs deleted, a batch per transaction. `campaign status` reads the frozen counts
 from then on, so it stays exact (invariant 8); `campaign recipients` has nobody left to list.
-Every worker runs this from its maintenance loop at a low rate; an advisory lock lets one
-worker at a time do it.
+Every worker runs this as a maintenance service (delivery/maintainer.py) at a low rate; an
+advisory lock lets one worker at a time do it.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
+
+from senddock.delivery.maintainer import Service
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
@@ -122,19 +123,16 @@ async def clean(conn: AsyncConn, days: int, batches: int = BATCHES_PER_PASS) -> 
         await conn.execute("SELECT pg_advisory_unlock(%s, %s)", CLEANER_LOCK)
 
 
-class Cleaner:
-    """Runs `clean` at most once per `every` seconds (a worker's maintenance loop calls it)."""
+class Cleaner(Service):
+    """The maintenance service of retention: a `clean` pass every `every` seconds."""
+
+    name = "cleaner"
 
     def __init__(self, days: int, every: float = 60.0) -> None:
         self.days = days
-        self.every = every
-        self._next = 0.0
+        self.period = every
 
-    async def maybe_clean(self, conn: AsyncConn) -> int:
-        now = time.monotonic()
-        if now < self._next:
-            return 0
+    async def run_once(self, conn: AsyncConn) -> float | None:
         deleted = await clean(conn, self.days)
         # Behind (a full pass deleted something): come back sooner.
-        self._next = now + (self.every / 10 if deleted >= BATCH * BATCHES_PER_PASS else self.every)
-        return deleted
+        return self.period / 10 if deleted >= BATCH * BATCHES_PER_PASS else None

@@ -19,6 +19,8 @@ How liveness is known (invariant 5):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ import psycopg
 from psycopg import AsyncConnection
 
 from senddock.delivery import queue
+from senddock.delivery.maintainer import Service
+from senddock.delivery.state import Lease
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
@@ -255,6 +259,35 @@ async def sweep(
         cur = await conn.execute(UNKNOWN_OWNERS)
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
         return await queue.rescue(conn, sorted(set(buried) | set(owners)))
+
+
+log = logging.getLogger("senddock.worker")
+
+
+class Rescuer(Service):
+    """The maintenance service that rescues what dead peers held, on a short period.
+
+    After its own connection comes back from a fault it grants peers a full lease (they were
+    likely cut off with us), and it judges no lapse while this process's own lease is stale."""
+
+    name = "rescuer"
+
+    def __init__(self, lease: Lease, ident: Identity, wake: asyncio.Event, period: float) -> None:
+        self.lease = lease
+        self.ident = ident
+        self.wake = wake
+        self.period = period
+
+    async def run_once(self, conn: AsyncConn) -> float | None:
+        me, judge = self.lease.worker_id, self.lease.may_judge_lapses()
+        n = await sweep(conn, me, self.ident, self.lease.seconds, judge_lapses=judge)
+        if n:
+            log.warning("rescued %d jobs from dead workers", n)
+            self.wake.set()
+        return None
+
+    def reconnected(self) -> None:
+        self.lease.grant_grace()
 
 
 LIST = """

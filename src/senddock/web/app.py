@@ -37,11 +37,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from senddock.audience import optin, suppressions
-from senddock.campaigns import scheduler
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
+from senddock.runtime import build_worker, serve_maintainer
 from senddock.web import (
     api,
     dashboard,
@@ -184,16 +184,10 @@ async def health(_: Request) -> Response:
     return PlainTextResponse("ok\n")
 
 
-async def scheduler_loop(database_url: str, every: float) -> None:
-    """Enqueue due campaigns every `every` seconds (safe beside other schedulers)."""
-    while True:
-        try:
-            done = await run_in_threadpool(scheduler.tick, database_url)
-            if done:
-                log.info("scheduler enqueued campaigns %s", done)
-        except Exception:  # a database outage must not end the loop
-            log.warning("scheduler pass failed", exc_info=True)
-        await asyncio.sleep(every)
+def _duties_ended(task: asyncio.Task[None]) -> None:
+    """The serve maintainer runs until shutdown: say so if one of its duties failed."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background duties stopped", exc_info=task.exception())
 
 
 def session_secret(database_url: str) -> str:
@@ -259,15 +253,14 @@ def create_app(
         await run_in_threadpool(pool.open, True, 30)
         await run_in_threadpool(pages.open)
         app.state.link_key = pages.key
-        tasks: list[asyncio.Task[Any]] = []
-        if schedule_every > 0:
-            tasks.append(asyncio.create_task(scheduler_loop(database_url, schedule_every)))
+        # The same maintainer as a worker's (senddock/runtime.py): the scheduler, the imports.
+        duties = asyncio.create_task(serve_maintainer(database_url, schedule_every).run())
+        duties.add_done_callback(_duties_ended)
+        tasks: list[asyncio.Task[Any]] = [duties]
         worker = None
         worker_task = None
         if workers > 0:
-            from senddock.delivery.worker import Worker
-
-            worker = Worker(settings, database_url, workers)
+            worker = build_worker(settings, database_url, workers, imports=False)
             worker_task = asyncio.create_task(worker.run())
         try:
             yield

@@ -32,8 +32,8 @@ from aiosmtplib import SMTPResponse
 from aiosmtplib.email import quote_address
 
 from senddock.config import SmtpTarget
-from senddock.delivery.outcome import Reply
 from senddock.messages import AddressProblem, wire_address
+from senddock.smtp.reply import Reply
 
 # MAIL and RCPT replies that let the transaction go on (RFC 5321: 251 forwards the mail).
 _GO_ON = (250, 251)
