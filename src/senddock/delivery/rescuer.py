@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from senddock.delivery import queue
+from senddock import queue
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 

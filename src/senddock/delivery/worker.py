@@ -18,8 +18,8 @@ back before it is written again.
 One recipient's data never costs another anything: whatever goes wrong while preparing or
 sending one job (an address the relay cannot take, a name or attribute a template chokes on,
 a bug) is that job's outcome, `rejected` with the reason, logged once with its traceback. A
-process that dies anyway gives its jobs back as suspects (delivery/queue.py, RESCUE), and holds
-at most one suspect at a time, so a job that kills its worker fails alone.
+process that dies anyway gives its jobs back as suspects (senddock/queue/jobs.sql, rescue), and
+holds at most one suspect at a time, so a job that kills its worker fails alone.
 """
 
 from __future__ import annotations
@@ -39,20 +39,21 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from senddock import queue
 from senddock.campaigns import compose, scheduler
 from senddock.campaigns.broadcast import PARTS, run_enqueuer
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery import processes, queue, rescuer
+from senddock.delivery import processes, rescuer
 from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
-from senddock.delivery.queue import NOTIFY_CHANNEL, Job, Outcome
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit, RateLimiter
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_failed
 from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
 from senddock.messages.render import RENDER_SECONDS, reset_clock
+from senddock.queue import NOTIFY_CHANNEL, Job, Outcome
 
 log = logging.getLogger("senddock.worker")
 
@@ -73,7 +74,7 @@ class Shared:
     heartbeat_ok: float = field(default_factory=time.monotonic)
     declared_dead: bool = False
     held: set[int] = field(default_factory=set)
-    # The one suspect this process holds, if any (a job a dead worker held: queue.RESCUE).
+    # The one suspect this process holds, if any (a job a dead worker held: jobs.sql, rescue).
     suspect: int | None = None
     claim_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     compiled: dict[int, tuple[CompiledMessage, str]] = field(default_factory=dict)
