@@ -17,18 +17,23 @@ cancelled -> cancelled; nothing else writes it once a campaign has a broadcast)
     running|paused --cancel_broadcast--> cancelled
     running, fully enqueued, no job pending|sending|retry --finish--> finished
     finished --bump_generation, requeue_failed, reopen (retry-failed)--> running
+    running|paused --bump_generation, requeue_failed (retry-failed)--> unchanged (a paused one
+                                    waits for resume)
     finished|cancelled past retention --expired, freeze--> same status, counts frozen, purged
 
 Job (a row of broadcast_jobs)
     (none) --enqueue / enqueue_skipping (a chunk: take_enqueue .. add_total)--> pending
-    pending|retry --claim--> sending (attempt counted; at most one suspect a process)
+    pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
+                                    one suspect a process)
     pending|retry, address now suppressed --claim--> failed (suppressed), never sent
     sending --record_many: 250 after DATA--> sent
     sending --record_many: 4xx, network, DNS--> retry (run_at + backoff) | failed (exhausted)
     sending --record_many: 5xx at RCPT, 5.1.x or none--> failed (bounced)
                                     + suppress_bounces, tag_all_bounced in the same transaction
-    sending --record_many: other 5.x.x at RCPT--> failed (rejected), nobody suppressed
-    sending --record_many: a fault on our side--> pending|retry, attempt given back
+    sending --record_many: other 5.x.x at RCPT, or this job's own error--> failed (rejected)
+    sending --record_many: a reply about us--> retry after the first backoff, attempt given
+                                    back | failed (rejected) at job_sender_fault_limit; a few
+                                    in a row pause the broadcast (pause_for_sender_fault)
     sending, claimed, never started --release / release_orphans--> pending|retry, attempt back
     sending, owner dead --rescue--> retry as a suspect (attempt back, death counted)
     sending, owner dead holding it as its one suspect, SUSPECT_DEATHS times --rescue--> failed
