@@ -41,7 +41,7 @@ import psycopg
 
 from senddock import queue
 from senddock.campaigns import compose, scheduler
-from senddock.campaigns.broadcast import PARTS, run_enqueuer
+from senddock.campaigns.broadcast import run_enqueuer
 from senddock.config import Settings, SmtpTarget
 from senddock.delivery import processes, rescuer
 from senddock.delivery.cleaner import Cleaner
@@ -53,7 +53,7 @@ from senddock.delivery.servers import CONNECTION_STAGES, ServerPool, connection_
 from senddock.delivery.smtp import SmtpSession
 from senddock.messages import CompiledMessage, LinkSettings, Recipient, TemplateProblem
 from senddock.messages.render import RENDER_SECONDS, reset_clock
-from senddock.queue import NOTIFY_CHANNEL, Job, Outcome
+from senddock.queue import NOTIFY_CHANNEL, PARTS, Job, Outcome
 
 log = logging.getLogger("senddock.worker")
 
