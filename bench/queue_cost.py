@@ -30,12 +30,12 @@ from psycopg.rows import dict_row
 from rich.console import Console
 from rich.table import Table
 
+from senddock import queue
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
 from senddock.db.embedded import given_or_embedded
-from senddock.delivery import queue
 from senddock.delivery.outcome import Reply, Transition
 
 OWNER = 1

@@ -3,7 +3,7 @@
     .venv/bin/python bench/table_health.py                  # 10,000,000 finished rows
     .venv/bin/python bench/table_health.py --rows 1000000 --jobs 20000
 
-Runs the real queue SQL (delivery/queue.py `claim`, then `record_many` of each job alone as
+Runs the real queue SQL (senddock/queue/jobs.py `claim`, then `record_many` of each job alone as
 sent: one commit per outcome, the worst case, since a worker groups them) from `--sessions`
 concurrent connections
 until `--jobs` jobs are drained (best of two, after a warm-up drain): first with no finished
@@ -25,12 +25,12 @@ from psycopg.rows import dict_row
 from rich.console import Console
 from rich.table import Table
 
+from senddock import queue
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
 from senddock.db.embedded import given_or_embedded
-from senddock.delivery import queue
 from senddock.delivery.outcome import Reply, Transition
 
 OWNER = 1

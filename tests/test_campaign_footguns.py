@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from senddock import queue
 from senddock.campaigns import status
-from senddock.delivery import queue
 from senddock.testing import Catcher
 from support import (
     Conn,

@@ -7,7 +7,7 @@ import io
 import threading
 
 from senddock.campaigns import retry_failed, status
-from senddock.delivery.queue import FINISH
+from senddock.queue import QUERIES
 from senddock.testing import Catcher, Fault, convention_fault
 from support import (
     Conn,
@@ -157,7 +157,7 @@ def test_retry_failed_wins_over_a_finish_that_read_the_queue_before_it_committed
             retrier_pid = retrier.info.backend_pid
             assert wait_until(lambda: _waiting(conn, retrier_pid), timeout=10)
             # A finish starts now: its snapshot has no unfinished job; it waits for the row.
-            f = threading.Thread(target=lambda: finisher.execute(FINISH))
+            f = threading.Thread(target=lambda: finisher.execute(QUERIES["finish"]))
             f.start()
             assert wait_until(lambda: _waiting(conn, finisher.info.backend_pid), timeout=10)
         t.join(10)

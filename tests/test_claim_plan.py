@@ -13,8 +13,10 @@ from typing import Any
 from senddock.campaigns import broadcast
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.delivery.outcome import Reply, Transition
-from senddock.delivery.queue import RECORD_MANY, Job, Outcome, claim_sql, outcome_rows
+from senddock.queue import QUERIES, Job, Outcome, claim_sql, outcome_rows
 from support import Conn, new_campaign, plan_nodes, seed_list, send_campaign
+
+RECORD_MANY = QUERIES["record_many"]
 
 FINISHED = 50_000
 PENDING = 500

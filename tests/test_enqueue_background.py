@@ -20,7 +20,7 @@ from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, cancel, pause, resume, status
 from senddock.campaigns.broadcast import CHUNK, FIRST_CHUNK, PARTS, enqueue_all, enqueue_chunk
 from senddock.db import connect
-from senddock.delivery.queue import FINISH
+from senddock.queue import QUERIES
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, new_campaign, seed_list, unfinished, wait_until, worker_env
 
@@ -237,7 +237,7 @@ def test_status_shows_progress_and_nothing_finishes_before_the_last_chunk(conn: 
     assert so_far == FIRST_CHUNK
     # Every job enqueued so far has ended: still not finished, more are coming.
     conn.execute("UPDATE broadcast_jobs SET status = 'sent' WHERE broadcast_id = %s", (bid,))
-    conn.execute(FINISH)
+    conn.execute(QUERIES["finish"])
     st = status(conn, cid)
     assert (st["status"], st["total"], st["sent"], st["enqueue_done"]) == (
         "sending",

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from senddock import queue
 from senddock.campaigns import status
-from senddock.delivery import queue
 from senddock.delivery.link import Link
 from senddock.delivery.outcome import Reply, Transition
-from senddock.delivery.queue import Job, Outcome
 from senddock.delivery.recorder import Recorder
+from senddock.queue import Job, Outcome
 from senddock.smtp.session import AHEAD_WINDOW
 from senddock.testing import Catcher
 from senddock.testing.catcher import message_id_of

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from senddock.campaigns import CampaignError, retry_failed, status
 from senddock.campaigns.campaigns import COUNTS
 from senddock.delivery import cleaner
-from senddock.delivery.queue import claim_sql
+from senddock.queue import claim_sql
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, plan_nodes, send_campaign, wait_until
 

@@ -31,11 +31,11 @@ from senddock.campaigns.broadcast import PARTS, enqueue_chunk
 from senddock.config import Settings
 from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.maintainer import Maintainer, ThreadService
-from senddock.delivery.queue import NOTIFY_CHANNEL
 from senddock.delivery.rescuer import Rescuer
 from senddock.delivery.state import Compose
 from senddock.delivery.worker import Finisher, Worker, maintenance_period
 from senddock.messages import CompiledMessage, LinkSettings
+from senddock.queue import NOTIFY_CHANNEL
 
 log = logging.getLogger("senddock.worker")
 

@@ -1,4 +1,8 @@
-"""Campaign records, their exact counts, pause and resume."""
+"""Campaign records, their exact counts, pause, resume and cancel: the policy.
+
+Who may pause, resume or cancel what, and the messages, are here; the transitions themselves
+are the queue layer's (senddock/queue/jobs.py), called with the campaign locked.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ import psycopg
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.campaigns.template_check import check_names
-from senddock.delivery.queue import FINISH, NOTIFY_CHANNEL
 from senddock.messages import check_header, compile_message
+from senddock.queue import Campaign, finish_sync, lock_campaign
+from senddock.queue import cancel as cancel_in_queue
+from senddock.queue import set_running as set_running_in_queue
 
 
 class CampaignError(ValueError):
@@ -150,7 +156,7 @@ COUNT_KEYS: tuple[str, ...] = ("total", *JOB_STATUSES, *FAILURES)
 def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
     """The campaign's state and exact counts, read from the queue in one snapshot."""
     with conn.transaction():
-        conn.execute(FINISH)
+        finish_sync(conn)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         c = conn.execute(STATUS, (campaign_id,)).fetchone()
@@ -198,50 +204,21 @@ def reply_summary(job: dict[str, Any]) -> str:
 
 
 def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run: bool) -> None:
-    if run:
-        frm, to, cfrm, cto = "paused", "running", "paused", "sending"
-    else:
-        frm, to, cfrm, cto = "running", "paused", "sending", "paused"
+    """Resume (`run`) a paused campaign or pause a sending one; anything else is refused."""
     with conn.transaction():
         c = _lock(conn, campaign_id)
-        if c["status"] != cfrm:
+        if c.status != ("paused" if run else "sending") or c.broadcast_id is None:
             verb = "resume" if run else "pause"
-            raise CampaignError(f"cannot {verb} campaign {campaign_id}: it is {c['status']}")
-        conn.execute(
-            "UPDATE broadcasts SET status = %s, pause_reason = NULL WHERE id = %s AND status = %s",
-            (to, c["broadcast_id"], frm),
-        )
-        conn.execute(
-            "UPDATE campaigns SET status = %s, updated_at = now() WHERE id = %s", (cto, campaign_id)
-        )
-        if run:
-            # Jobs sent back by replies about us wait a backoff; once a person has fixed the
-            # cause they may go at once.
-            conn.execute(
-                "UPDATE broadcast_jobs SET run_at = now() WHERE broadcast_id = %s"
-                " AND status = 'retry' AND sender_faults > 0 AND run_at > now()",
-                (c["broadcast_id"],),
-            )
-            conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-        else:
-            # Workers give back claims of this broadcast they have not started yet.
-            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
+            raise CampaignError(f"cannot {verb} campaign {campaign_id}: it is {c.status}")
+        set_running_in_queue(conn, c.broadcast_id, run)
 
 
-def _lock(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
+def _lock(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> Campaign:
     """The campaign's status and broadcast, row-locked for this transaction."""
-    c = conn.execute(
-        "SELECT status, broadcast_id FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
-    ).fetchone()
+    c = lock_campaign(conn, campaign_id)
     if c is None:
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
     return c
-
-
-CANCEL_JOBS = """
-UPDATE broadcast_jobs SET status = 'cancelled', updated_at = now()
-WHERE broadcast_id = %s AND status IN ('pending', 'retry')
-"""
 
 
 def cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> int:
@@ -254,26 +231,10 @@ def _cancel(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> tuple
     """(jobs cancelled now, jobs held by workers at that moment)."""
     with conn.transaction():
         c = _lock(conn, campaign_id)
-        if c["status"] in ("sent", "cancelled"):
-            raise CampaignError(f"cannot cancel campaign {campaign_id}: it is {c['status']}")
-        conn.execute(
-            "UPDATE campaigns SET status = 'cancelled', updated_at = now() WHERE id = %s",
-            (campaign_id,),
-        )
-        if c["broadcast_id"] is None:
-            return 0, 0
-        conn.execute(
-            "UPDATE broadcasts SET status = 'cancelled', finished_at = now() WHERE id = %s",
-            (c["broadcast_id"],),
-        )
-        n = conn.execute(CANCEL_JOBS, (c["broadcast_id"],)).rowcount
-        held = conn.execute(
-            "SELECT count(*) AS n FROM broadcast_jobs WHERE broadcast_id = %s"
-            " AND status = 'sending'",
-            (c["broadcast_id"],),
-        ).fetchone()
-        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"stop:{c['broadcast_id']}"))
-        return n, int(held["n"]) if held else 0
+        if c.status in ("sent", "cancelled"):
+            raise CampaignError(f"cannot cancel campaign {campaign_id}: it is {c.status}")
+        done = cancel_in_queue(conn, c)
+        return done.jobs, done.held
 
 
 @dataclass(frozen=True)
@@ -290,7 +251,7 @@ def cancel_and_settle(
 ) -> CancelReport:
     """Cancel, then wait (at most `wait` s) until no job is held, so that the claims workers
     held but had not started, which they give back on the cancel's NOTIFY, count as cancelled
-    (queue.FINISH cancels them) rather than as in flight."""
+    (the queue's finish cancels them) rather than as in flight."""
     now, held = _cancel(conn, campaign_id)
     st, deadline = status(conn, campaign_id), time.monotonic() + wait
     while st["sending"] and time.monotonic() < deadline:

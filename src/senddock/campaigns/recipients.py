@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
+from senddock import queue
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES, CampaignError, UnknownCampaign
-from senddock.delivery.queue import NOTIFY_CHANNEL
 
 COLUMNS = (
     "email",
@@ -42,36 +42,6 @@ RECIPIENTS_PAGE = RECIPIENTS + "LIMIT %(limit)s OFFSET %(offset)s"
 RECIPIENTS_PAGE_COUNTED = (
     _COLUMNS + ", count(*) OVER () AS full_count" + _ROWS + "LIMIT %(limit)s OFFSET %(offset)s"
 )
-
-LOCK = """
-SELECT c.status, c.broadcast_id, b.status AS broadcast_status
-FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id
-WHERE c.id = %s FOR UPDATE OF c
-"""
-# Locks the broadcast row and marks that its jobs moved back from a final state. Retention
-# (delivery/cleaner.py) sets purged_at under the same row lock before deleting the jobs.
-BUMP = "UPDATE broadcasts SET generation = generation + 1 WHERE id = %s RETURNING purged_at"
-# The failed jobs whose address is not suppressed (now) go back to the queue with a fresh
-# retry budget; their Message-ID stays (invariant 9). Jobs of suppressed addresses stay failed.
-REQUEUE = """
-UPDATE broadcast_jobs j
-SET status = 'pending', failure = NULL, attempts = 0, sender_faults = 0, owner = NULL,
-    run_at = now(), updated_at = now()
-WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
-  AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email))
-"""
-# A finished broadcast with work again is running again, and its campaign is sending.
-REOPEN = """
-WITH b AS (
-    UPDATE broadcasts b SET status = 'running', finished_at = NULL
-    WHERE b.id = %(b)s AND b.status = 'finished'
-      AND EXISTS (SELECT 1 FROM broadcast_jobs j
-                  WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
-    RETURNING b.campaign_id
-)
-UPDATE campaigns c SET status = 'sending', updated_at = now()
-FROM b WHERE c.id = b.campaign_id AND c.status = 'sent'
-"""
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -136,24 +106,20 @@ def retry_failed(conn: Conn, campaign_id: int) -> int:
     campaign stays paused: the jobs wait for `campaign resume`.
     """
     with conn.transaction():
-        c = conn.execute(LOCK, (campaign_id,)).fetchone()
+        c = queue.lock_campaign(conn, campaign_id)
         if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
-        if c["broadcast_id"] is None:
+        if c.broadcast_id is None:
             raise CampaignError(f"campaign {campaign_id} has not been sent yet")
-        if c["status"] == "cancelled":
+        if c.status == "cancelled":
             raise CampaignError(f"campaign {campaign_id} is cancelled")
-        bid = int(c["broadcast_id"])
-        bumped = conn.execute(BUMP, (bid,)).fetchone()
-        if bumped is not None and bumped["purged_at"] is not None:
+        purged_at = queue.bump_generation(conn, c.broadcast_id)
+        if purged_at is not None:
             raise CampaignError(
                 f"campaign {campaign_id}: its recipients were deleted by retention on"
-                f" {bumped['purged_at']:%Y-%m-%d} (SENDDOCK_RETENTION_DAYS); nothing to retry"
+                f" {purged_at:%Y-%m-%d} (SENDDOCK_RETENTION_DAYS); nothing to retry"
             )
-        n = conn.execute(REQUEUE, {"b": bid}).rowcount
-        if n:
-            conn.execute(REOPEN, {"b": bid})
-            conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-    # A FINISH that read the queue before this commit cannot finish the broadcast afterwards:
-    # it checks the generation bumped above (see queue.FINISH).
+        n = queue.requeue_failed(conn, c.broadcast_id)
+    # A finish that read the queue before this commit cannot finish the broadcast afterwards:
+    # it checks the generation bumped above (jobs.sql, finish).
     return n

@@ -13,23 +13,12 @@ from typing import Any
 
 import psycopg
 
+from senddock import queue
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
 from senddock.db import connect
 
 log = logging.getLogger("senddock.scheduler")
-
-DUE = """
-SELECT id FROM campaigns
-WHERE status = 'draft' AND send_at IS NOT NULL AND send_at <= now()
-ORDER BY send_at LIMIT %s
-FOR UPDATE SKIP LOCKED
-"""
-GAVE_UP = "UPDATE campaigns SET send_at = NULL, schedule_error = %s WHERE id = %s"
-SCHEDULE = """
-UPDATE campaigns SET send_at = %(at)s, schedule_error = NULL, updated_at = now()
-WHERE id = %(id)s
-"""
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -39,14 +28,12 @@ def schedule(conn: Conn, campaign_id: int, at: datetime | None) -> None:
     if at is not None and at.tzinfo is None:
         raise CampaignError("the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)")
     with conn.transaction():
-        row = conn.execute(
-            "SELECT status FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
-        ).fetchone()
-        if row is None:
+        c = queue.lock_campaign(conn, campaign_id)
+        if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
-        if row["status"] != "draft":
-            raise CampaignError(f"campaign {campaign_id} is {row['status']}: only drafts wait")
-        conn.execute(SCHEDULE, {"at": at, "id": campaign_id})
+        if c.status != "draft":
+            raise CampaignError(f"campaign {campaign_id} is {c.status}: only drafts wait")
+        queue.schedule_draft(conn, campaign_id, at)
 
 
 class SendTimeInPast(CampaignError):
@@ -72,14 +59,13 @@ def run_due(conn: Conn, limit: int = 20) -> list[int]:
     """Enqueue the due campaigns this scheduler could lock; their ids."""
     done: list[int] = []
     with conn.transaction():
-        for row in conn.execute(DUE, (limit,)).fetchall():
-            cid = int(row["id"])
+        for cid in queue.due_drafts(conn, limit):
             try:
                 broadcast(conn, cid)  # a savepoint inside our transaction; the lock is ours
                 done.append(cid)
             except NothingToSend as exc:
                 log.warning("scheduled campaign %s not sent: %s", cid, exc)
-                conn.execute(GAVE_UP, (str(exc), cid))
+                queue.give_up_schedule(conn, cid, str(exc))
     return done
 
 

@@ -1,13 +1,13 @@
 """Named SQL: a module's statements live in a `.sql` file beside it and are asked for by name.
 
 A file is a list of blocks, each opened by a `-- name: NAME` line. The comment lines that
-follow say what the statement does and which invariant of shared/DESIGN.md it keeps; then
+follow say what the statement does and which invariant of docs/design.md it keeps; then
 comes the statement. Comment lines are documentation, not sent to the server (a `%` in one
 would otherwise be read as a placeholder by psycopg). Placeholders are psycopg's
 (`%(name)s`); a `{name}` field is a literal the module writes in with `str.format` (the claim's
-LIMIT, see queue.sql).
+LIMIT, see senddock/queue/jobs.sql).
 
-    QUERIES = sql.load(__package__, "queue.sql")
+    QUERIES = sql.load(__package__, "jobs.sql")
     conn.execute(QUERIES["rescue"], {...})
 
 A file that names a statement twice, or gives one no comment or no text, fails at import.

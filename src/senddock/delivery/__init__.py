@@ -1,1 +1,2 @@
-"""Delivery: the queue, the senders, the outcome rules and the rescuer. Knows nothing of the web."""
+"""Delivery: the senders, the outcome rules and the rescuer, over the queue layer below
+(senddock.queue). Knows nothing of the web."""

@@ -2,10 +2,11 @@
 
 A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago first has its final
 counts frozen into `broadcasts.final_counts` (one transaction, with the row locked), and only
-then are its jobs deleted, a batch per transaction. `campaign status` reads the frozen counts
-from then on, so it stays exact (invariant 8); `campaign recipients` has nobody left to list.
-Every worker runs this as a maintenance service (delivery/maintainer.py) at a low rate; an
-advisory lock lets one worker at a time do it.
+then are its jobs deleted, a batch per transaction (the statements are the queue layer's:
+senddock/queue/jobs.sql, expired, freeze, delete_batch). `campaign status` reads the frozen
+counts from then on, so it stays exact (invariant 8); `campaign recipients` has nobody left to
+list. Every worker runs this as a maintenance service (delivery/maintainer.py) at a low rate;
+an advisory lock lets one worker at a time do it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
 
+from senddock import queue
 from senddock.delivery.maintainer import Service
 
 AsyncConn = AsyncConnection[dict[str, Any]]
@@ -51,51 +52,23 @@ SELECT jsonb_build_object(
 ) AS counts
 FROM broadcast_jobs WHERE broadcast_id = %(b)s
 """
-# An ended broadcast past retention whose counts are not frozen yet, locked (a retry-failed or
-# anything else touching it waits, or we skip it).
-EXPIRED = """
-SELECT id FROM broadcasts
-WHERE status IN ('finished', 'cancelled') AND purged_at IS NULL
-  AND finished_at < now() - make_interval(days => %(days)s::int)
-ORDER BY finished_at
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-"""
-FREEZE = "UPDATE broadcasts SET final_counts = %(counts)s, purged_at = now() WHERE id = %(b)s"
-# One batch of jobs of a frozen broadcast, still ended (read with its row share-locked, so a
-# retry-failed that would reopen it waits for this batch).
-DELETE_BATCH = """
-WITH b AS (
-    SELECT id FROM broadcasts
-    WHERE purged_at IS NOT NULL AND status IN ('finished', 'cancelled')
-      AND EXISTS (SELECT 1 FROM broadcast_jobs j WHERE j.broadcast_id = broadcasts.id)
-    ORDER BY purged_at
-    LIMIT 1
-    FOR SHARE SKIP LOCKED
-), doomed AS (
-    SELECT j.id FROM broadcast_jobs j, b WHERE j.broadcast_id = b.id LIMIT %(n)s
-)
-DELETE FROM broadcast_jobs j USING doomed WHERE j.id = doomed.id
-"""
 
 
 async def freeze_one(conn: AsyncConn, days: int) -> int | None:
     """Freeze the counts of one expired broadcast; its id, or None if there is none."""
     async with conn.transaction():
-        row = await (await conn.execute(EXPIRED, {"days": days})).fetchone()
-        if row is None:
+        bid = await queue.lock_expired(conn, days)
+        if bid is None:
             return None
-        counts = await (await conn.execute(FINAL_COUNTS, {"b": row["id"]})).fetchone()
+        counts = await (await conn.execute(FINAL_COUNTS, {"b": bid})).fetchone()
         assert counts is not None
-        await conn.execute(FREEZE, {"b": row["id"], "counts": Jsonb(counts["counts"])})
-        return int(row["id"])
+        await queue.freeze(conn, bid, counts["counts"])
+        return bid
 
 
 async def delete_batch(conn: AsyncConn, n: int = BATCH) -> int:
     """Delete up to n jobs of frozen broadcasts; how many."""
-    async with conn.transaction():
-        cur = await conn.execute(DELETE_BATCH, {"n": n})
-        return cur.rowcount
+    return await queue.delete_batch(conn, n)
 
 
 async def clean(conn: AsyncConn, days: int, batches: int = BATCHES_PER_PASS) -> int:

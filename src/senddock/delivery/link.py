@@ -12,7 +12,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from senddock.delivery.queue import AsyncConn
+from senddock.queue import AsyncConn
 
 log = logging.getLogger("senddock.worker")
 

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from senddock.delivery.link import Link, one_line
-from senddock.delivery.queue import AsyncConn
+from senddock.queue import AsyncConn
 
 log = logging.getLogger("senddock.worker")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from senddock.config import SmtpTarget
 from senddock.delivery.link import Link, Stopped
-from senddock.delivery.queue import AsyncConn
+from senddock.queue import AsyncConn
 
 # (window kind, its length in seconds) for the three windows of a server's row.
 WINDOWS = (("second", 1.0), ("minute", 60.0), ("hour", 3600.0))

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from senddock.delivery import queue
+from senddock import queue
 from senddock.delivery.link import Link, one_line
-from senddock.delivery.queue import Outcome
+from senddock.queue import Outcome
 
 log = logging.getLogger("senddock.recorder")
 

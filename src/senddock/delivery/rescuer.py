@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from senddock.delivery import queue
+from senddock import queue
 from senddock.delivery.maintainer import Service
 from senddock.delivery.state import Lease
 

@@ -18,8 +18,8 @@ back before it is written again.
 One recipient's data never costs another anything: whatever goes wrong while preparing or
 sending one job (an address the relay cannot take, a name or attribute a template chokes on,
 a bug) is that job's outcome, `rejected` with the reason, logged once with its traceback. A
-process that dies anyway gives its jobs back as suspects (delivery/queue.py, RESCUE), and holds
-at most one suspect at a time, so a job that kills its worker fails alone.
+process that dies anyway gives its jobs back as suspects (senddock/queue/jobs.sql, rescue),
+and holds at most one suspect at a time, so a job that kills its worker fails alone.
 """
 
 from __future__ import annotations
@@ -39,17 +39,17 @@ from dataclasses import dataclass
 
 import psycopg
 
+from senddock import queue
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery import queue
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
-from senddock.delivery.queue import Job, Outcome
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, connection_failed
 from senddock.delivery.state import Claims, Control, Lease, Messages, Relays, Tally
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
 from senddock.messages.render import RENDER_SECONDS, reset_clock
+from senddock.queue import Job, Outcome
 from senddock.smtp.session import SmtpSession
 
 log = logging.getLogger("senddock.worker")

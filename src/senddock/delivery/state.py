@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from senddock.delivery.queue import AsyncConn
 from senddock.delivery.ratelimit import RateLimiter
 from senddock.delivery.servers import ServerPool
 from senddock.messages import CompiledMessage
+from senddock.queue import AsyncConn
 
 # A broadcast's compiled message and its envelope sender; None when it has no campaign. The
 # process's top (senddock/runtime.py) supplies it: composing a message is campaigns' work.

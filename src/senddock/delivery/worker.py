@@ -12,16 +12,17 @@ import asyncio
 import logging
 import time
 
+from senddock import queue
 from senddock.config import Settings, SmtpTarget
-from senddock.delivery import processes, queue, rescuer
+from senddock.delivery import processes, rescuer
 from senddock.delivery.link import Link
 from senddock.delivery.maintainer import Maintainer, Service
-from senddock.delivery.queue import NOTIFY_CHANNEL, AsyncConn
 from senddock.delivery.ratelimit import RateLimiter
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.sender import Alarm, OutcomeNotWritten, Sender, summary
 from senddock.delivery.servers import ServerPool
 from senddock.delivery.state import Claims, Compose, Control, Lease, Messages, Relays, Tally
+from senddock.queue import NOTIFY_CHANNEL, AsyncConn
 
 log = logging.getLogger("senddock.worker")
 

@@ -16,7 +16,7 @@ ALTER TABLE broadcasts ADD COLUMN purged_at timestamptz;
 -- subscriber of the part with id <= after_id; the part's next chunk starts after it. The
 -- recipients are the subscribers whose membership existed at `since` (the send), with ids up to
 -- the highest then: later sign-ups are not swept in. Nothing finishes a broadcast that has a
--- row here (queue.FINISH).
+-- row here (senddock/queue/jobs.sql, finish).
 CREATE TABLE broadcast_enqueues (
     broadcast_id bigint NOT NULL REFERENCES broadcasts (id) ON DELETE CASCADE,
     part         integer NOT NULL,

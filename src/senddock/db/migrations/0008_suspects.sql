@@ -5,7 +5,7 @@
 -- beside ordinary jobs; a process that dies holding a suspect that way charges that suspect
 -- alone (`alone_deaths`), and one charged twice fails as rejected, so a job that kills every
 -- worker that takes it stops after three deaths instead of retrying forever (invariant 2's
--- reason), and nobody else is charged anything. See delivery/queue.py, RESCUE.
+-- reason), and nobody else is charged anything. See senddock/queue/jobs.sql, rescue.
 
 -- Times a worker died while holding this job.
 ALTER TABLE broadcast_jobs ADD COLUMN deaths smallint NOT NULL DEFAULT 0;

@@ -1,0 +1,599 @@
+"""The queue: every transition of a job, broadcast and campaign, and the statement making it.
+
+Each arrow names its statement in jobs.sql (the invariants are those of docs/design.md):
+
+Campaign (before it has a broadcast) and its schedule
+    draft --schedule_draft--> draft with send_at (None: unscheduled again)
+    draft with send_at --due_drafts (locked) + the send below--> sending
+    draft with send_at, nobody to send to --give_up_schedule--> draft, send_at None, reason kept
+    draft --cancel_draft--> cancelled
+    draft --new_broadcast, new_enqueue, link_broadcast, first chunk--> sending (broadcast running)
+
+Broadcast (its campaign follows: the trigger campaign_follows_broadcast of migration 0013 writes
+campaigns.status in the same statement, running -> sending, paused -> paused, finished -> sent,
+cancelled -> cancelled; nothing else writes it once a campaign has a broadcast)
+    running --pause_for_sender_fault (replies about us, several in a row)--> paused
+    running --set_running (campaign pause)--> paused --set_running (resume)--> running
+    running|paused --cancel_broadcast--> cancelled
+    running, fully enqueued, no job pending|sending|retry --finish--> finished
+    finished --bump_generation, requeue_failed, reopen (retry-failed)--> running
+    running|paused --bump_generation, requeue_failed (retry-failed)--> unchanged (a paused one
+                                    waits for resume)
+    finished|cancelled past retention --expired, freeze--> same status, counts frozen, purged
+
+Job (a row of broadcast_jobs)
+    (none) --enqueue / enqueue_skipping (a chunk: take_enqueue .. add_total)--> pending
+    pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
+                                    one suspect a process)
+    pending|retry, address now suppressed --claim--> failed (suppressed), never sent
+    sending --record_many: 250 after DATA--> sent
+    sending --record_many: 4xx, network, DNS--> retry (run_at + backoff) | failed (exhausted)
+    sending --record_many: 5xx at RCPT, 5.1.x or none--> failed (bounced)
+                                    + suppress_bounces, tag_all_bounced in the same transaction
+    sending --record_many: other 5.x.x at RCPT, or this job's own error--> failed (rejected)
+    sending --record_many: a reply about us--> retry after the first backoff, attempt given
+                                    back | failed (rejected) at job_sender_fault_limit; a few
+                                    in a row pause the broadcast (pause_for_sender_fault)
+    sending, claimed, never started --release / release_orphans--> pending|retry, attempt back
+    sending, owner dead --rescue--> retry as a suspect (attempt back, death counted)
+    sending, owner dead holding it as its one suspect, SUSPECT_DEATHS times --rescue--> failed
+                                    (rejected), never sent again
+    pending|retry --cancel_jobs (campaign cancelled)--> cancelled
+    pending|retry of a cancelled broadcast (given back after the cancel) --finish--> cancelled
+    sending of a cancelled broadcast --record_many--> its outcome still lands
+    failed, address not suppressed --requeue_failed (retry-failed)--> pending, fresh budget,
+                                    same Message-ID
+    sent|failed|cancelled of a frozen broadcast --delete_batch (retention)--> deleted
+
+`campaigns/` decides what may happen (what a draft is, who may pause, the messages) and calls
+these functions in its own transaction, with the campaign locked by `lock_campaign`;
+`delivery/` claims, records, releases, rescues and finishes through them. Neither writes a
+status itself.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
+
+from senddock.db import sql
+
+AsyncConn = AsyncConnection[dict[str, Any]]
+Conn = psycopg.Connection[dict[str, Any]]
+
+QUERIES = sql.load(__package__, "jobs.sql")
+
+# Enqueue, resume and retry-failed NOTIFY this channel; idle workers LISTEN on it instead of
+# polling hard. Pause and cancel send `stop:<broadcast id>` on it.
+NOTIFY_CHANNEL = "senddock_jobs"
+
+# A job its process held alone as a suspect this many times when the process died fails.
+SUSPECT_DEATHS = 2
+
+# The first chunk is enqueued inside the send: small, so `campaign send` returns in a few
+# milliseconds and the first message can leave at once. Workers then take large chunks.
+FIRST_CHUNK = 1_000
+CHUNK = 50_000
+# Parts enqueued in parallel, for id ranges of at least PARTS * CHUNK (two cores insert 1.5x
+# faster than one); and each worker runs as many enqueue tasks.
+PARTS = 2
+# Held shared by every chunk; a subscriber delete takes it exclusively (migration 0006).
+CHUNK_LOCK = (1397048900, 1)
+# ANALYZE after the first big chunk and at the end of a big enqueue, at most every 10 s.
+ANALYZE_AFTER = 2_000
+ANALYZE_EVERY = 10.0
+
+log = logging.getLogger("senddock.enqueue")
+
+
+# ----- Notifications -----
+
+
+def wake(conn: Conn) -> None:
+    """Wake idle workers when this transaction commits (there is work)."""
+    conn.execute(QUERIES["wake"], {"channel": NOTIFY_CHANNEL, "payload": ""})
+
+
+def _stop(conn: Conn, broadcast_id: int) -> None:
+    """Ask workers to give back the claims of `broadcast_id` they have not started."""
+    conn.execute(QUERIES["wake"], {"channel": NOTIFY_CHANNEL, "payload": f"stop:{broadcast_id}"})
+
+
+# ----- The campaign, locked -----
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A campaign as `lock_campaign` read it, row-locked for the caller's transaction."""
+
+    id: int
+    status: str
+    broadcast_id: int | None
+    from_addr: str
+
+
+def lock_campaign(conn: Conn, campaign_id: int) -> Campaign | None:
+    """Lock campaign `campaign_id` for this transaction (None: there is none)."""
+    row = conn.execute(QUERIES["lock_campaign"], {"c": campaign_id}).fetchone()
+    if row is None:
+        return None
+    bid = row["broadcast_id"]
+    return Campaign(
+        int(row["id"]), str(row["status"]), None if bid is None else int(bid), row["from_addr"]
+    )
+
+
+# ----- Enqueue: draft -> sending, nobody -> pending -----
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What one enqueue chunk did."""
+
+    broadcast_id: int
+    jobs: int  # jobs inserted by this chunk
+    after_id: int  # the cursor after it
+    done: bool  # the broadcast is fully enqueued (or was cancelled: nothing more to enqueue)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A broadcast just created: its first chunk, and the highest subscriber id it may reach."""
+
+    chunk: Chunk | None
+    last_id: int
+
+
+def broadcast_total(conn: Conn, broadcast_id: int) -> int:
+    """The jobs broadcast `broadcast_id` has so far."""
+    row = conn.execute(QUERIES["broadcast_total"], {"b": broadcast_id}).fetchone()
+    return int(row["total"]) if row else 0
+
+
+def start_broadcast(conn: Conn, campaign: Campaign, first_chunk: int = FIRST_CHUNK) -> Started:
+    """Create the locked draft `campaign`'s broadcast, its cursors and its first chunk.
+
+    The campaign becomes `sending` (it follows its new `running` broadcast). Workers NOTIFYed
+    at commit enqueue the rest. In the caller's transaction.
+    """
+    domain = email.utils.parseaddr(campaign.from_addr)[1].rsplit("@", 1)[-1]
+    params = {"c": campaign.id, "token": secrets.token_hex(4), "domain": domain}
+    b = conn.execute(QUERIES["new_broadcast"], params).fetchone()
+    assert b is not None
+    bid = int(b["id"])
+    last_row = conn.execute(QUERIES["last_subscriber"]).fetchone()
+    assert last_row is not None
+    last = int(last_row["last"])
+    parts = PARTS if last >= PARTS * CHUNK else 1
+    conn.execute(QUERIES["new_enqueue"], {"b": bid, "last": last, "parts": parts})
+    conn.execute(QUERIES["link_broadcast"], {"b": bid, "c": campaign.id})
+    chunk = enqueue_chunk(conn, bid, first_chunk)
+    wake(conn)
+    return Started(chunk, last)
+
+
+def anyone_left(conn: Conn, campaign_id: int, after_id: int, last_id: int) -> bool:
+    """Is anyone to send to in (after_id, last_id]? (Asked when the first chunk found nobody.)"""
+    params = {"after": after_id, "last": last_id, "lists": _lists(conn, campaign_id)}
+    row = conn.execute(QUERIES["anyone_left"], params).fetchone()
+    return bool(row and row["found"])
+
+
+def _lists(conn: Conn, campaign_id: int) -> list[int]:
+    rows = conn.execute(QUERIES["campaign_lists"], {"c": campaign_id}).fetchall()
+    return [int(r["list_id"]) for r in rows]
+
+
+def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) -> Chunk | None:
+    """Enqueue the next chunk of one broadcast still being enqueued (any, or `broadcast_id`).
+
+    One transaction: the jobs, the cursor, the broadcast's total and a NOTIFY commit together.
+    None: no broadcast needs (or is free for) a chunk now.
+    """
+    chunk: Chunk | None = None
+    with conn.transaction():
+        e = conn.execute(QUERIES["take_enqueue"], {"b": broadcast_id}).fetchone()
+        if e is None:
+            return None
+        bid, part = int(e["broadcast_id"]), int(e["part"])
+        chunk = Chunk(bid, 0, int(e["after_id"]), True)  # what a cancelled broadcast gets
+        if e["status"] == "cancelled":
+            conn.execute(QUERIES["enqueue_done"], {"b": bid, "part": part})  # cancel stops it
+            return chunk
+        conn.execute(QUERIES["chunk_lock"], {"key": CHUNK_LOCK[0], "sub": CHUNK_LOCK[1]})
+        conn.execute(QUERIES["chunk_without_jit"])
+        conn.execute(QUERIES["chunk_without_nestloop"])
+        after, last = int(e["after_id"]), int(e["last_id"])
+        end = conn.execute(
+            QUERIES["chunk_end"], {"last": last, "after": after, "n": size, "c": e["campaign_id"]}
+        ).fetchone()
+        hi = int(end["hi"]) if end and end["hi"] is not None else last
+        params = {
+            "b": bid,
+            "after": after,
+            "hi": hi,
+            "since": e["since"],
+            "lists": _lists(conn, int(e["campaign_id"])),
+            "token": e["message_token"],
+            "domain": e["message_domain"],
+        }
+        n = _insert_jobs(conn, params) if hi > after else 0
+        done = hi >= last
+        step = QUERIES["enqueue_done"] if done else QUERIES["advance_enqueue"]
+        conn.execute(step, {"b": bid, "part": part, "hi": hi})
+        now = conn.execute(QUERIES["add_total"], {"b": bid, "n": n}).fetchone()
+        if now is not None and now["status"] == "cancelled":
+            raise psycopg.Rollback  # cancelled during this chunk: none of it happened
+        if n:
+            wake(conn)
+        chunk = Chunk(bid, n, hi, done)
+    _fresh_statistics(conn, chunk)
+    return chunk
+
+
+def enqueue_all(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) -> int:
+    """Enqueue chunks until no broadcast (or `broadcast_id`) is left to enqueue; jobs inserted."""
+    total = 0
+    while (chunk := enqueue_chunk(conn, broadcast_id, size)) is not None:
+        total += chunk.jobs
+    return total
+
+
+def _insert_jobs(conn: Conn, params: dict[str, Any]) -> int:
+    """A chunk's jobs; how many were inserted (see enqueue_skipping)."""
+    try:
+        with conn.transaction():
+            return conn.execute(QUERIES["enqueue"], params).rowcount
+    except psycopg.errors.UniqueViolation:
+        b, after, hi = params["b"], params["after"], params["hi"]
+        log.warning("broadcast %s: some jobs for ids (%s, %s] exist already", b, after, hi)
+        return conn.execute(QUERIES["enqueue_skipping"], params).rowcount
+
+
+_analyzed_at = 0.0
+
+
+def _fresh_statistics(conn: Conn, chunk: Chunk) -> None:
+    """ANALYZE after the first big chunk and at the end of a big enqueue (see analyze_jobs)."""
+    global _analyzed_at
+    if chunk.jobs < ANALYZE_AFTER:
+        return
+    now = time.monotonic()
+    if chunk.done or now - _analyzed_at >= ANALYZE_EVERY:
+        _analyzed_at = now
+        conn.execute(QUERIES["analyze_jobs"])
+
+
+# ----- Claim and outcome: pending|retry -> sending -> sent|retry|failed -----
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job: what a sender needs to render and send one message."""
+
+    id: int
+    broadcast_id: int
+    email: str
+    name: str
+    # The subscriber's attributes as JSON text, parsed per job by the sender: one subscriber's
+    # odd data then fails that job alone (psycopg's own parser, past about 1,000 levels of
+    # nesting, would fail the whole claim, and every job in it).
+    attributes: str
+    attempts: int
+    sender_faults: int
+    message_id: str
+    # The subscriber the job is for: its unsubscribe link names it.
+    subscriber_id: int = 0
+    # Claimed as its process's one suspect (a worker died holding it before): see rescue.
+    suspect: bool = False
+
+
+@functools.lru_cache(maxsize=8)
+def claim_sql(n: int, suspects: int = 0) -> str:
+    """The claim statement, taking at most `n` ordinary jobs and `suspects` suspects.
+
+    The limits are literals, not parameters: a measured plan needs them (jobs.sql, claim).
+    """
+    literal = {"n": pgsql.Literal(int(n)), "suspects": pgsql.Literal(int(suspects))}
+    return pgsql.SQL(QUERIES["claim"]).format(**literal).as_string(None)
+
+
+async def claim(conn: AsyncConn, owner: int, n: int, *, suspect: bool = False) -> list[Job]:
+    """Claim up to n due jobs for `owner` (and one suspect, if `suspect`) and commit the claim.
+
+    One statement on an autocommit connection is its own transaction: it has committed when
+    its rows arrive, with one round trip instead of BEGIN, the claim, COMMIT.
+    """
+    _own_transaction(conn)
+    cur = await conn.execute(claim_sql(n, 1 if suspect else 0), {"owner": owner})
+    rows = await cur.fetchall()
+    return [
+        Job(
+            id=r["id"],
+            broadcast_id=r["broadcast_id"],
+            email=r["email"],
+            name=r["name"],
+            attributes=r["attributes"] or "{}",
+            attempts=r["attempts"],
+            sender_faults=r["sender_faults"],
+            message_id=r["message_id"],
+            subscriber_id=r["subscriber_id"],
+            suspect=r["suspect"],
+        )
+        for r in rows
+    ]
+
+
+class Transition(Protocol):
+    """Where one attempt sends its job (delivery/outcome.py decides it from the reply)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def failure(self) -> str | None: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def count_attempt(self) -> bool: ...
+    @property
+    def suppress(self) -> bool: ...
+    @property
+    def sender_fault(self) -> bool: ...
+
+
+class Reply(Protocol):
+    """The reply an attempt ended with, as it is stored with the job (delivery/outcome.py)."""
+
+    @property
+    def stage(self) -> str: ...
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def enhanced(self) -> str | None: ...
+
+
+def _own_transaction(conn: AsyncConn) -> None:
+    """Refuse a connection on which one statement would not commit on its own."""
+    if not conn.autocommit:
+        raise ValueError("queue statements need an autocommit connection")
+
+
+def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "owner": owner,
+        "held": "sending",
+        "attempt": job.attempts,
+        "status": t.status,
+        "failure": t.failure,
+        "give_back": 0 if t.count_attempt else 1,
+        "sender_fault": 1 if t.sender_fault else 0,
+        "delay": t.delay,
+        "code": reply.code,
+        "enhanced": reply.enhanced,
+        "reply": reply.text[:1000],  # storable as it is (outcome.Reply)
+        "stage": reply.stage,
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt came to: the job, its transition and the reply that decided it."""
+
+    job: Job
+    transition: Transition
+    reply: Reply
+
+
+def outcome_rows(owner: int, outcomes: list[Outcome]) -> str:
+    """record_many's one parameter: dumping JSON is one C call, where eleven arrays would cost
+    a Python loop each."""
+    return json.dumps([_record_params(o.job, owner, o.transition, o.reply) for o in outcomes])
+
+
+async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> set[int]:
+    """Write many outcomes in one transaction (group commit); the ids written.
+
+    An id missing from the result lost its claim (rescued or released) and was not written.
+    """
+    params = {"outcomes": outcome_rows(owner, outcomes)}
+    if not any(o.transition.suppress for o in outcomes):
+        _own_transaction(conn)
+        # The common group: one statement, its own transaction on an autocommit connection.
+        cur = await conn.execute(QUERIES["record_many"], params)
+        return {int(r["id"]) for r in await cur.fetchall()}
+    async with conn.transaction():
+        cur = await conn.execute(QUERIES["record_many"], params)
+        written = {int(r["id"]) for r in await cur.fetchall()}
+        bounced = [o for o in outcomes if o.transition.suppress and o.job.id in written]
+        if bounced:
+            await conn.execute(
+                QUERIES["suppress_bounces"],
+                {
+                    "emails": [o.job.email for o in bounced],
+                    "broadcast_ids": [o.job.broadcast_id for o in bounced],
+                    "details": [o.reply.text for o in bounced],
+                },
+            )
+            lowered = [o.job.email.lower() for o in bounced]
+            await conn.execute(QUERIES["tag_all_bounced"], {"lowered": lowered})
+    return written
+
+
+async def landed_many(conn: AsyncConn, owner: int, jobs: list[Job]) -> set[int]:
+    """After a `record_many` whose commit was never acknowledged: the ids whose outcome landed.
+
+    An outcome landed if its row is no longer our claim at this attempt yet still names us as
+    owner (an outcome keeps the owner; a rescue or release clears it). The group is one
+    transaction, so either every outcome that matched its fence landed, or none did.
+    """
+    cur = await conn.execute(QUERIES["read_back_many"], {"ids": [j.id for j in jobs]})
+    rows = {int(r["id"]): r for r in await cur.fetchall()}
+    found = set()
+    for job in jobs:
+        row = rows.get(job.id)
+        if row is None or row["owner"] != owner:
+            continue
+        if row["status"] != "sending" or row["attempts"] != job.attempts:
+            found.add(job.id)
+    return found
+
+
+async def release(conn: AsyncConn, owner: int, jobs: list[Job]) -> None:
+    """Give back claims that were never started."""
+    if jobs:
+        params = {
+            "owner": owner,
+            "ids": [j.id for j in jobs],
+            "attempts": [j.attempts for j in jobs],
+        }
+        await conn.execute(QUERIES["release"], params)
+
+
+async def release_orphans(conn: AsyncConn, owner: int, held: list[int]) -> int:
+    """Give back claims of `owner` that no sender holds (a claim whose reply was lost)."""
+    cur = await conn.execute(QUERIES["release_orphans"], {"owner": owner, "held": held})
+    return cur.rowcount
+
+
+async def rescue(conn: AsyncConn, dead: list[int]) -> int:
+    """Return the jobs of dead owners as suspects (jobs.sql, rescue); the number rescued."""
+    if not dead:
+        return 0
+    cur = await conn.execute(QUERIES["rescue"], {"dead": dead, "alone_limit": SUSPECT_DEATHS})
+    return cur.rowcount
+
+
+# ----- Broadcast and campaign: running, paused, finished, cancelled -----
+
+
+async def finish(conn: AsyncConn) -> list[int]:
+    """Mark finished every running broadcast with nothing unfinished; the campaigns now sent."""
+    cur = await conn.execute(QUERIES["finish"])
+    return [int(r["id"]) for r in await cur.fetchall()]
+
+
+def finish_sync(conn: Conn) -> list[int]:
+    """`finish` on a blocking connection (`campaign status` finishes before it counts)."""
+    return [int(r["id"]) for r in conn.execute(QUERIES["finish"]).fetchall()]
+
+
+async def pause_for_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str) -> None:
+    """Pause a running broadcast (and so its campaign) after replies about us."""
+    params = {"broadcast_id": broadcast_id, "reason": reason}
+    await conn.execute(QUERIES["pause_for_sender_fault"], params)
+
+
+async def note_sender_fault(conn: AsyncConn, broadcast_id: int, reason: str) -> None:
+    """Keep the latest reply about us on the broadcast (`campaign status` shows it)."""
+    await conn.execute(QUERIES["note_sender_fault"], {"id": broadcast_id, "reason": reason})
+
+
+def set_running(conn: Conn, broadcast_id: int, run: bool) -> None:
+    """Resume (`run`) a paused broadcast or pause a running one; its campaign follows.
+
+    Resuming lets jobs held back by replies about us go at once and wakes workers; pausing
+    asks workers to give back the claims they have not started. In the caller's transaction.
+    """
+    frm, to = ("paused", "running") if run else ("running", "paused")
+    conn.execute(QUERIES["set_running"], {"b": broadcast_id, "from": frm, "to": to})
+    if run:
+        conn.execute(QUERIES["hurry_sender_faults"], {"b": broadcast_id})
+        wake(conn)
+    else:
+        _stop(conn, broadcast_id)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What a cancel did at once."""
+
+    jobs: int  # jobs cancelled now
+    held: int  # jobs workers held at that moment (their outcome lands, or they come back)
+
+
+def cancel(conn: Conn, campaign: Campaign) -> Cancelled:
+    """Cancel the locked `campaign`: a draft alone, else its broadcast and every job not yet
+    claimed (the campaign follows its broadcast). In the caller's transaction."""
+    if campaign.broadcast_id is None:
+        conn.execute(QUERIES["cancel_draft"], {"c": campaign.id})
+        return Cancelled(0, 0)
+    bid = campaign.broadcast_id
+    conn.execute(QUERIES["cancel_broadcast"], {"b": bid})
+    n = conn.execute(QUERIES["cancel_jobs"], {"b": bid}).rowcount
+    held = conn.execute(QUERIES["held_jobs"], {"b": bid}).fetchone()
+    _stop(conn, bid)
+    return Cancelled(n, int(held["n"]) if held else 0)
+
+
+def bump_generation(conn: Conn, broadcast_id: int) -> datetime | None:
+    """Lock the broadcast and mark that jobs move back from a final state (so a `finish` that
+    read the queue before cannot finish it); when retention purged it, the time it did."""
+    row = conn.execute(QUERIES["bump_generation"], {"b": broadcast_id}).fetchone()
+    return None if row is None else row["purged_at"]
+
+
+def requeue_failed(conn: Conn, broadcast_id: int) -> int:
+    """Retry-failed: failed jobs of unsuppressed addresses back to pending; how many.
+
+    A finished broadcast with work again runs again (its campaign `sending`) in the same
+    transaction, and workers are woken. Call after `bump_generation`, in its transaction.
+    """
+    n = conn.execute(QUERIES["requeue_failed"], {"b": broadcast_id}).rowcount
+    if n:
+        conn.execute(QUERIES["reopen"], {"b": broadcast_id})
+        wake(conn)
+    return n
+
+
+# ----- Scheduled drafts -----
+
+
+def schedule_draft(conn: Conn, campaign_id: int, at: datetime | None) -> None:
+    """Send draft `campaign_id` at `at` (None: unschedule)."""
+    conn.execute(QUERIES["schedule_draft"], {"at": at, "c": campaign_id})
+
+
+def due_drafts(conn: Conn, limit: int) -> list[int]:
+    """The due drafts this scheduler could lock (for its transaction); their ids."""
+    return [int(r["id"]) for r in conn.execute(QUERIES["due_drafts"], {"limit": limit})]
+
+
+def give_up_schedule(conn: Conn, campaign_id: int, reason: str) -> None:
+    """A due draft that could not be sent: unscheduled, with the reason kept."""
+    conn.execute(QUERIES["give_up_schedule"], {"c": campaign_id, "reason": reason})
+
+
+# ----- Retention -----
+
+
+async def lock_expired(conn: AsyncConn, days: int) -> int | None:
+    """Lock one ended broadcast past `days` of retention whose counts are not frozen; its id."""
+    row = await (await conn.execute(QUERIES["expired"], {"days": days})).fetchone()
+    return None if row is None else int(row["id"])
+
+
+async def freeze(conn: AsyncConn, broadcast_id: int, counts: dict[str, Any]) -> None:
+    """Freeze the locked broadcast's counts before any of its jobs is deleted."""
+    await conn.execute(QUERIES["freeze"], {"b": broadcast_id, "counts": Jsonb(counts)})
+
+
+async def delete_batch(conn: AsyncConn, n: int) -> int:
+    """Delete up to n jobs of frozen broadcasts, in a transaction of their own; how many."""
+    async with conn.transaction():
+        cur = await conn.execute(QUERIES["delete_batch"], {"n": n})
+        return cur.rowcount
