@@ -96,7 +96,7 @@ class WorkerProcess:
         if self.log is None:
             return ""
         try:
-            return self.log.read_text(errors="replace")
+            return self.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
 
