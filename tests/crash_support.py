@@ -6,10 +6,6 @@ owner with its attempt kept was rescued; with its attempt given back it was rele
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,39 +14,11 @@ import pytest
 
 from senddock.delivery.rescuer import LOCK_CLASS
 from senddock.testing import Catcher
-from support import Conn, start_worker, wait_until
+from senddock.testing.proof import at_server
+from senddock.testing.workers import WorkerProcess
+from support import Conn, wait_until
 
 Row = dict[str, Any]
-
-
-class Proc:
-    """One `senddock worker` subprocess and its log file."""
-
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], log: Path, appname: str) -> None:
-        self.name = name
-        self.popen = popen
-        self.log = log
-        self.appname = appname  # its database sessions' application_name
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: the process dies wherever it is, with no chance to clean up."""
-        os.kill(self.pid, signal.SIGKILL)
-        self.popen.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait: the exit code."""
-        self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 class Fleet:
@@ -59,13 +27,13 @@ class Fleet:
     def __init__(self, logs: Path, concurrency: int) -> None:
         self.dir = logs
         self.concurrency = concurrency
-        self.procs: list[Proc] = []
+        self.procs: list[WorkerProcess] = []
 
-    def start(self, env: dict[str, str], name: str = "worker") -> Proc:
+    def start(self, env: dict[str, str], name: str = "worker") -> WorkerProcess:
         log = self.dir / f"{len(self.procs):02d}-{name}.log"
         appname = f"senddock-test-{len(self.procs)}-{name}"[:63]
         env = {**env, "PGAPPNAME": appname}
-        proc = Proc(name, start_worker(env, self.concurrency, log), log, appname)
+        proc = WorkerProcess.start(env, log=log, name=name, concurrency=self.concurrency)
         self.procs.append(proc)
         return proc
 
@@ -75,7 +43,7 @@ class Fleet:
                 proc.kill()
 
     def logs(self) -> str:
-        return "\n".join(f"===== {p.log.name} (pid {p.pid})\n{p.text()}" for p in self.procs)
+        return "\n".join(f"===== {p.log} (pid {p.pid})\n{p.text()}" for p in self.procs)
 
 
 def fleet_for(request: pytest.FixtureRequest, logs: Path, concurrency: int) -> Iterator[Fleet]:
@@ -148,7 +116,7 @@ class Handbacks:
             audit.remove()
 
 
-def worker_id(conn: Conn, proc: Proc) -> int:
+def worker_id(conn: Conn, proc: WorkerProcess) -> int:
     """The id under which `proc` registered (waits for it to register)."""
     found: list[int] = []
 
@@ -185,7 +153,7 @@ def campaign_done(conn: Conn, cid: int) -> bool:
     return row is not None and row["status"] == "sent"
 
 
-def sessions_gone(conn: Conn, proc: Proc) -> bool:
+def sessions_gone(conn: Conn, proc: WorkerProcess) -> bool:
     """Postgres has closed every session of `proc`: whatever it had sent has been processed."""
     row = conn.execute(
         "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s",
@@ -195,7 +163,7 @@ def sessions_gone(conn: Conn, proc: Proc) -> bool:
     return int(row["n"]) == 0
 
 
-def held_at_death(conn: Conn, proc: Proc, wid: int, audit: Handbacks) -> set[int]:
+def held_at_death(conn: Conn, proc: WorkerProcess, wid: int, audit: Handbacks) -> set[int]:
     """The jobs a killed worker held: once its sessions are gone (so a commit it had already
     sent cannot land later), those still `sending` under its id plus those already rescued."""
     assert wait_until(lambda: sessions_gone(conn, proc), 30), f"{proc.name} sessions linger"
@@ -218,16 +186,15 @@ def lock_free(conn: Conn, wid: int) -> bool:
 def extra_copies(catcher: Catcher, rows: dict[str, Row]) -> dict[str, int]:
     """Check what the server received: every job's recipient got its message, every copy
     carries the job's Message-ID, nobody else got anything. Recipients -> extra copies."""
-    mids: dict[str, list[str | None]] = defaultdict(list)
-    for r in catcher.received():
-        mids[r.rcpt.lower()].append(r.message_id)
-    undelivered = sorted(set(rows) - set(mids))
+    proof = at_server(catcher.received(), rows)
+    undelivered = proof.undelivered
     assert not undelivered, f"{len(undelivered)} never delivered, e.g. {undelivered[:5]}"
-    strangers = sorted(set(mids) - set(rows))
+    strangers = proof.strangers()
     assert not strangers, f"messages to addresses with no job: {strangers[:5]}"
-    for rcpt, got in mids.items():
-        assert set(got) == {rows[rcpt]["message_id"]}, f"{rcpt} got Message-IDs {got}"
-    return {rcpt: len(got) - 1 for rcpt, got in mids.items() if len(got) > 1}
+    for rcpt, got in proof.copies.items():
+        ids = [r.message_id for r in got]
+        assert set(ids) == {rows[rcpt]["message_id"]}, f"{rcpt} got Message-IDs {ids}"
+    return proof.extra
 
 
 def addresses(n: int, prefix: str = "user") -> list[str]:

@@ -22,6 +22,7 @@ from senddock.config import Settings
 from senddock.db import connect
 from senddock.runtime import build_worker
 from senddock.testing import Catcher, Fault
+from senddock.testing.workers import WorkerProcess
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -165,21 +166,11 @@ def senddock(
     )
 
 
-# One worker process (`senddock worker` alone runs one per core).
-WORKER = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "1"]
-
-
 def start_worker(
     env: dict[str, str], concurrency: int = 5, log: Path | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start a real `senddock worker` process."""
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen(
-        [*WORKER, "--concurrency", str(concurrency)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
+    """Start a real `senddock worker` process (one: `senddock worker` alone runs one a core)."""
+    return WorkerProcess.start(env, log=log, concurrency=concurrency).popen
 
 
 def db(url: str) -> Conn:

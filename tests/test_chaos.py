@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from senddock.testing.chaos import Harness, Result, address
+from chaos_harness import Harness, Result, address
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -17,13 +17,11 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import unicodedata
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +50,8 @@ from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.delivery.rescuer import LOCK_CLASS
 from senddock.testing import Catcher
+from senddock.testing.proof import Proof, at_server
+from senddock.testing.workers import WorkerProcess
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -156,7 +156,7 @@ class Demo:
     pg: EmbeddedPostgres | None = None
     catcher: Catcher | None = None
     conn: Conn | None = None
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[WorkerProcess] = field(default_factory=list)
     db_url: str = ""
     smtp_url: str = ""
     outside_db: bool = False
@@ -283,19 +283,15 @@ class Demo:
         )
         return env
 
-    def _start_worker(self) -> subprocess.Popen[bytes]:
-        log = self.tmp / f"worker-{len(self.workers) + 1}.log"
-        cmd = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "1"]
-        cmd += ["--concurrency", str(CONCURRENCY)]
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                cmd,
-                env=self._worker_env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C reaches the demo only; the demo stops it
-            )
+    def _start_worker(self) -> WorkerProcess:
+        name = f"worker-{len(self.workers) + 1}"
+        proc = WorkerProcess.start(
+            self._worker_env(),
+            log=self.tmp / f"{name}.log",
+            name=name,
+            concurrency=CONCURRENCY,
+            own_session=True,  # Ctrl-C reaches the demo only; the demo stops it
+        )
         self.workers.append(proc)
         return proc
 
@@ -333,7 +329,7 @@ class Demo:
                     break
                 if st["status"] == "paused":
                     raise DemoFailed(f"the broadcast paused: the relay said {st['pause_reason']}")
-                if worker.poll() is not None:
+                if not worker.alive():
                     self._show_log(worker)
                     code = worker.returncode
                     raise DemoFailed(f"worker pid {worker.pid} exited with code {code}")
@@ -365,14 +361,13 @@ class Demo:
         self,
         conn: Conn,
         say: Callable[..., None],
-        worker: subprocess.Popen[bytes],
+        worker: WorkerProcess,
         bid: int,
         sent: int,
         total: int,
     ) -> Kill:
         """SIGKILL the worker, then show what it left in `sending`."""
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()  # reap it, so no zombie looks alive to the rescuer
+        worker.kill()  # and reap it, so no zombie looks alive to the rescuer
         row = conn.execute(
             "SELECT id FROM workers WHERE pid = %s AND host = %s ORDER BY id DESC LIMIT 1",
             (worker.pid, socket.gethostname()),
@@ -445,24 +440,16 @@ class Demo:
             )
             kill.rescued_after = None
 
-    def _stop_worker(self, proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    def _stop_worker(self, proc: WorkerProcess, grace: float = 10.0) -> None:
+        if proc.alive():
+            proc.stop(grace)  # SIGKILLed if it outlives the grace
 
-    def _show_log(self, proc: subprocess.Popen[bytes]) -> None:
-        index = self.workers.index(proc) + 1
-        log = self.tmp / f"worker-{index}.log"
-        with contextlib.suppress(OSError):
-            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-            if lines:
-                self.console.print(f"[dim]last lines of worker pid {proc.pid}'s log:[/]")
-                for line in lines:
-                    self.console.print(f"  [dim]{escape(line)}[/]", soft_wrap=True)
+    def _show_log(self, proc: WorkerProcess) -> None:
+        lines = proc.text().splitlines()[-15:]
+        if lines:
+            self.console.print(f"[dim]last lines of worker pid {proc.pid}'s log:[/]")
+            for line in lines:
+                self.console.print(f"  [dim]{escape(line)}[/]", soft_wrap=True)
 
     # -- the proof ---------------------------------------------------------------------------
 
@@ -483,13 +470,17 @@ class Demo:
                 (bid,),
             ).fetchall()
         }
-        at_server = self.catcher.count_by_rcpt() if self.catcher is not None else None
-        self.console.print(self._table(audience, rows, suppressed, at_server))
-        checks = [self._delivered(audience, rows, at_server)]
-        if self.catcher is not None and at_server is not None:
-            checks.append(self._duplicates(self.catcher))
-            checks.append(self._bounced(audience, suppressed, at_server))
-            checks.append(self._retried(audience, rows, at_server))
+        proof = (
+            at_server(self.catcher.received(), audience.deliverable)
+            if self.catcher is not None
+            else None
+        )
+        self.console.print(self._table(audience, rows, suppressed, proof))
+        checks = [self._delivered(audience, rows, proof)]
+        if proof is not None:
+            checks.append(self._duplicates(proof))
+            checks.append(self._bounced(audience, suppressed, proof))
+            checks.append(self._retried(audience, rows, proof))
         else:
             self.console.print(
                 "[yellow]The proof at the SMTP server is not available with an outside"
@@ -519,7 +510,7 @@ class Demo:
         audience: Audience,
         rows: dict[str, dict[str, Any]],
         suppressed: set[str],
-        at_server: Counter[str] | None,
+        proof: Proof | None,
     ) -> Table:
         by_status: Counter[str] = Counter(
             str(r["status"]) + (f": {r['failure']}" if r["failure"] else "") for r in rows.values()
@@ -532,13 +523,13 @@ class Demo:
         table.add_row("jobs", f"{len(rows):,}", "")
         for key, n in sorted(by_status.items(), key=lambda kv: (kv[0] != "sent", kv[0])):
             server = ""
-            if at_server is not None and key == "sent":
-                server = f"{sum(at_server.values()):,} messages"
-            elif at_server is not None and key == "failed: bounced":
-                server = f"{sum(at_server[e] for e in audience.bounce):,} received"
+            if proof is not None and key == "sent":
+                server = f"{proof.messages:,} messages"
+            elif proof is not None and key == "failed: bounced":
+                server = f"{sum(proof.count(e) for e in audience.bounce):,} received"
             table.add_row(key, f"{n:,}", server)
-        if at_server is not None:
-            table.add_row("distinct recipients", "", f"{len(at_server):,}")
+        if proof is not None:
+            table.add_row("distinct recipients", "", f"{len(proof.copies):,}")
         table.add_row("suppressed (bounces)", f"{len(suppressed):,}", "")
         if self.kill is not None:
             table.add_row(
@@ -547,14 +538,14 @@ class Demo:
         return table
 
     def _delivered(
-        self, audience: Audience, rows: dict[str, dict[str, Any]], at_server: Counter[str] | None
+        self, audience: Audience, rows: dict[str, dict[str, Any]], proof: Proof | None
     ) -> tuple[bool, str]:
         """Every deliverable recipient delivered: at the server if we have it, else in rows."""
         deliverable = audience.deliverable
         sent_rows = {e for e, r in rows.items() if r["status"] == "sent"}
         unfinished = sum(1 for r in rows.values() if r["status"] not in ("sent", "failed"))
-        if at_server is not None:
-            delivered, where = deliverable & set(at_server), "at the server"
+        if proof is not None:
+            delivered, where = proof.delivered, "at the server"
         else:
             # Without the catcher a bounce-* address may be accepted: a recipient is undelivered
             # when its job neither was sent nor bounced.
@@ -569,10 +560,8 @@ class Demo:
             f" recipients; undelivered: {undelivered}",
         )
 
-    def _bounced(
-        self, audience: Audience, suppressed: set[str], at_server: Counter[str]
-    ) -> tuple[bool, str]:
-        received = sum(at_server[e] for e in audience.bounce)
+    def _bounced(self, audience: Audience, suppressed: set[str], proof: Proof) -> tuple[bool, str]:
+        received = sum(proof.count(e) for e in audience.bounce)
         return (
             suppressed == set(audience.bounce) and received == 0,
             f"bounced: {len(suppressed):,} of {len(audience.bounce):,} bounce-* addresses"
@@ -580,12 +569,12 @@ class Demo:
         )
 
     def _retried(
-        self, audience: Audience, rows: dict[str, dict[str, Any]], at_server: Counter[str]
+        self, audience: Audience, rows: dict[str, dict[str, Any]], proof: Proof
     ) -> tuple[bool, str]:
         retried = [
             e
             for e in audience.flaky
-            if at_server[e] >= 1 and rows[e]["status"] == "sent" and int(rows[e]["attempts"]) >= 3
+            if proof.count(e) >= 1 and rows[e]["status"] == "sent" and int(rows[e]["attempts"]) >= 3
         ]
         most = max((int(rows[e]["attempts"]) for e in audience.flaky), default=0)
         return (
@@ -594,22 +583,19 @@ class Demo:
             f" >= 3 attempts each (most: {most})",
         )
 
-    def _duplicates(self, catcher: Catcher) -> tuple[bool, str]:
+    def _duplicates(self, proof: Proof) -> tuple[bool, str]:
         """Recipients received more than once, and whether each got one Message-ID only."""
-        ids: dict[str, set[str | None]] = defaultdict(set)
-        for r in catcher.received():
-            ids[r.rcpt.lower()].add(r.message_id)
-        dups = catcher.duplicates()
+        dups = proof.extra
         if not dups:
             why = " (no message in flight at the kill had been accepted)" if self.kill else ""
             return True, f"duplicates: 0{why}"
-        same = all(len(ids[rcpt]) == 1 for rcpt in dups)
-        example = next(iter(sorted(dups)))
+        same = not proof.mixed_ids
+        example = min(dups)
         return (
             same,
             f"duplicates: {len(dups)} (in flight at the kill), same Message-ID:"
-            f" {'yes' if same else 'NO'}; e.g. {example} got {dups[example]} × "
-            f"{next(iter(ids[example]))}",
+            f" {'yes' if same else 'NO'}; e.g. {example} got {proof.count(example)} × "
+            f"{next(iter(proof.message_ids(example)))}",
         )
 
     # -- output and cleanup ------------------------------------------------------------------

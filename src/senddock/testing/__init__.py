@@ -1,4 +1,6 @@
-"""Test and demo helpers: an SMTP server that records what it receives and injects faults."""
+"""What `senddock demo` runs on, and the tests and the chaos harness (tests/) build on: an SMTP
+server that records what it receives and injects faults, the proof at that server, and
+`senddock worker` subprocesses."""
 
 from senddock.testing.catcher import (
     Catcher,
@@ -9,13 +11,18 @@ from senddock.testing.catcher import (
     convention_fault,
     message_id_of,
 )
+from senddock.testing.proof import Proof, at_server
+from senddock.testing.workers import WorkerProcess
 
 __all__ = [
     "Catcher",
     "Fault",
     "FaultKind",
     "FaultRule",
+    "Proof",
     "Received",
+    "WorkerProcess",
+    "at_server",
     "convention_fault",
     "message_id_of",
 ]

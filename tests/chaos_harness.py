@@ -13,6 +13,9 @@ Each scenario gets a fresh database on an embedded Postgres that the harness con
 stop, restart and kill it), a fresh Catcher, N generated recipients enqueued with Broadcast(),
 and worker subprocesses (`python -m senddock -v worker`) whose logs go to files.
 `bench/chaos.py` is the command line over this module; `tests/test_chaos.py` runs small sizes.
+It lives in tests/, not in the package: the wheel ships the catcher, the proof at the server
+(senddock.testing.proof) and the worker process helper (senddock.testing.workers) that the demo
+needs, and this harness builds on those.
 
 scenario          fault                                              duplicates allowed
 ----------------  -------------------------------------------------  ---------------------
@@ -41,7 +44,6 @@ import random
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +67,8 @@ from senddock.campaigns.broadcast import enqueue_all
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres, pg_ctl
 from senddock.testing.catcher import Catcher, Fault, FaultRule
+from senddock.testing.proof import Proof, at_server
+from senddock.testing.workers import WorkerProcess
 
 Conn = psycopg.Connection[dict[str, Any]]
 Row = dict[str, Any]
@@ -133,33 +137,6 @@ class Result:
             and self.duplicates <= self.duplicates_allowed
             and not self.problems
         )
-
-
-@dataclass
-class Proc:
-    """One `senddock worker` subprocess."""
-
-    popen: subprocess.Popen[bytes]
-    name: str
-    concurrency: int
-    log: Path
-    env: dict[str, str]
-    started: float
-    ended_on_purpose: bool = False
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def last_lines(self, n: int = 2) -> str:
-        try:
-            lines = self.log.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(lines[-n:])
 
 
 class Harness:
@@ -353,7 +330,7 @@ class World:
         parts = urlsplit(harness.server_url)
         self.url = urlunsplit(parts._replace(path="/" + self.db_name))
         self.db = Monitor(self.url)
-        self.procs: list[Proc] = []
+        self.procs: list[WorkerProcess] = []
         self.roles: list[str] = []  # login roles made for this world (dropped with it)
         self.campaign_id = 0
         self.broadcast_id = 0
@@ -470,7 +447,7 @@ class World:
 
     def env(self, **extra: str) -> dict[str, str]:
         """A worker's or the CLI's environment: this world's database and SMTP server."""
-        src = str(Path(__file__).resolve().parents[2])
+        src = str(Path(__file__).resolve().parents[1] / "src")
         env = {k: v for k, v in os.environ.items() if not k.startswith("SENDDOCK_")}
         env.update(
             SENDDOCK_DATABASE_URL=self.url,
@@ -484,62 +461,40 @@ class World:
 
     def start_worker(
         self, concurrency: int = CONCURRENCY, processes: int = 1, **extra: str
-    ) -> Proc:
+    ) -> WorkerProcess:
         """Start a real `senddock worker` process (with `processes` > 1, the supervisor of
         that many); its log is a file of its own."""
         name = f"worker-{len(self.procs) + 1}"
-        log = self.dir / f"{name}.log"
-        env = self.env(**extra)
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "senddock",
-                    "-v",
-                    "worker",
-                    "--processes",
-                    str(processes),
-                    "--concurrency",
-                    str(concurrency),
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        proc = Proc(popen, name, concurrency, log, env, time.monotonic())
+        proc = WorkerProcess.start(
+            self.env(**extra),
+            log=self.dir / f"{name}.log",
+            name=name,
+            concurrency=concurrency,
+            processes=processes,
+        )
         self.procs.append(proc)
         if self.t_start is None:
             self.t_start = time.monotonic()
         return proc
 
-    def restart(self, proc: Proc) -> Proc:
+    def restart(self, proc: WorkerProcess) -> WorkerProcess:
         """Start a replacement with the same settings (a supervisor's restart)."""
         return self.start_worker(proc.concurrency)
 
-    def kill(self, proc: Proc) -> None:
+    def kill(self, proc: WorkerProcess) -> None:
         """SIGKILL: the process dies wherever it is. Each may duplicate one message per session."""
-        proc.ended_on_purpose = True
         self.break_times.append(time.time())
-        with contextlib.suppress(ProcessLookupError):
-            proc.popen.send_signal(signal.SIGKILL)
-        proc.popen.wait(30)
+        proc.kill()
         self.duplicates_allowed += proc.concurrency
         self.fault("SIGKILL")
 
-    def terminate(self, proc: Proc, timeout: float = 60.0) -> float:
+    def terminate(self, proc: WorkerProcess, timeout: float = 60.0) -> float:
         """SIGTERM and wait for a graceful exit (code 0); the seconds it took."""
-        proc.ended_on_purpose = True
         t0 = time.monotonic()
-        proc.popen.send_signal(signal.SIGTERM)
-        try:
-            code = proc.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
+        code = proc.stop(timeout)  # SIGKILLed if it outlives the timeout
+        if code is None:
             self.problem(f"{proc.name} did not stop within {timeout:.0f}s of SIGTERM")
-            proc.popen.kill()
-            proc.popen.wait(30)
-            return time.monotonic() - t0
-        if code != 0:
+        elif code != 0:
             self.problem(f"{proc.name} exited {code} after SIGTERM: {proc.last_lines()}")
         return time.monotonic() - t0
 
@@ -569,10 +524,10 @@ class World:
             self.problem(text)
         return ok
 
-    def live(self) -> list[Proc]:
+    def live(self) -> list[WorkerProcess]:
         return [p for p in self.procs if p.alive()]
 
-    def worker_id(self, proc: Proc, timeout: float = 30.0) -> int:
+    def worker_id(self, proc: WorkerProcess, timeout: float = 30.0) -> int:
         """The id the worker registered under (its row in `workers`)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -593,8 +548,7 @@ class World:
             if dead:
                 p = dead[-1]
                 raise Stuck(
-                    f"every worker has exited; {p.name} exited {p.popen.returncode}:"
-                    f" {p.last_lines()}"
+                    f"every worker has exited; {p.name} exited {p.returncode}: {p.last_lines()}"
                 )
 
     def wait_delivered(self, n: int, timeout: float = 120.0) -> None:
@@ -669,24 +623,18 @@ class World:
         for p in self.procs:
             if not p.ended_on_purpose and not p.alive():
                 self.problem(
-                    f"{p.name} exited on its own with code {p.popen.returncode}: {p.last_lines()}"
+                    f"{p.name} exited on its own with code {p.returncode}: {p.last_lines()}"
                 )
         for p in self.procs:
             if p.alive():
                 self.terminate(p, timeout=30)
         received = self.catcher.received()
-        by_rcpt: dict[str, list[tuple[float, str | None]]] = defaultdict(list)
-        for r in received:
-            by_rcpt[r.rcpt.lower()].append((r.at, r.message_id))
-        wanted = self.expected | self.also_expected
-        delivered_once = sum(1 for e in self.expected if len(by_rcpt.get(e, ())) == 1)
-        undelivered = sum(1 for e in self.expected if e not in by_rcpt)
-        duplicates = sum(len(v) - 1 for v in by_rcpt.values() if len(v) > 1)
-        strangers = sorted(set(by_rcpt) - wanted)
+        proof = at_server(received, self.expected)
+        strangers = proof.strangers(also=self.also_expected)
         self.check(not strangers, f"the server got mail for unexpected recipients: {strangers[:5]}")
-        missing_also = sorted(self.also_expected - set(by_rcpt))
+        missing_also = sorted(self.also_expected - proof.copies.keys())
         self.check(not missing_also, f"never delivered: {missing_also[:5]}")
-        self._check_duplicates(by_rcpt)
+        self._check_duplicates(proof)
         finished = self.t_finished is not None
         with contextlib.suppress(Exception):
             counts = self.counts()
@@ -704,9 +652,9 @@ class World:
             recipients=self.n,
             faults=sum(self.faults.values()),
             fault_summary=kinds,
-            delivered_once=delivered_once,
-            duplicates=duplicates,
-            undelivered=undelivered,
+            delivered_once=proof.delivered_once,
+            duplicates=proof.duplicates,
+            undelivered=len(proof.undelivered),
             seconds=seconds,
             duplicates_allowed=self.duplicates_allowed,
             finished=finished,
@@ -715,16 +663,16 @@ class World:
             logs=self.dir,
         )
 
-    def _check_duplicates(self, by_rcpt: dict[str, list[tuple[float, str | None]]]) -> None:
+    def _check_duplicates(self, proof: Proof) -> None:
         """Every duplicate carries one Message-ID and straddles a SIGKILL or a dropped session
         (invariants 3, 9)."""
         unexplained: list[str] = []
-        for rcpt, copies in by_rcpt.items():
+        for rcpt, copies in proof.copies.items():
             if len(copies) < 2:
                 continue
-            ids = {mid for _, mid in copies}
+            ids = proof.message_ids(rcpt)
             self.check(len(ids) == 1, f"{rcpt} got copies with different Message-IDs: {ids}")
-            times = sorted(t for t, _ in copies)
+            times = sorted(r.at for r in copies)
             for before, after in itertools.pairwise(times):
                 # The first copy may land a moment after the signal (the server read the data
                 # before it saw the connection close); the second comes after the rescue.
@@ -743,7 +691,7 @@ class World:
             t0 = self.events[0][0] if self.events else 0.0
             lines = [f"{t - t0:+9.3f}s  {what}" for t, what in self.events]
             for rcpt in unexplained:
-                got = ", ".join(f"{t - t0:+.3f}s" for t, _ in sorted(by_rcpt[rcpt]))
+                got = ", ".join(f"{t - t0:+.3f}s" for t in sorted(r.at for r in proof.copies[rcpt]))
                 rcpts = ", ".join(f"{t - t0:+.3f}s" for t in self.rcpt_times.get(rcpt, []))
                 lines.append(f"{rcpt}: accepted at {got}; RCPT at {rcpts}; job {jobs.get(rcpt)}")
             (self.dir / "duplicates.txt").write_text("\n".join(lines) + "\n")
@@ -867,7 +815,7 @@ def postgres_restart(h: Harness, small: bool) -> Result:
         _check_accepted_while_down(w, windows)
         # Backoff, not spinning: each connection retries at 0.05 s doubling to 5 s.
         links = CONCURRENCY + 3  # senders, heartbeat, maintenance, listener
-        tries = [p.log.read_text(errors="replace").count("database unreachable") for p in procs]
+        tries = [p.text().count("database unreachable") for p in procs]
         w.note(f"reconnect attempts logged per worker process: {tries} ({links} connections each)")
         w.check(
             max(tries) <= 12 * links * len(plan),
@@ -938,9 +886,7 @@ def db_blackout(h: Harness, small: bool) -> Result:
         time.sleep(stagger)
         w.unblock(roles[0])
         w.wait_finished(_finish_timeout(n, 2))
-        rescued = sum(
-            int(m) for p in procs for m in _RESCUED.findall(p.log.read_text(errors="replace"))
-        )
+        rescued = sum(int(m) for p in procs for m in _RESCUED.findall(p.text()))
         w.check(rescued == 0, f"{rescued} jobs rescued from workers that never died")
         w.note(
             f"both workers refused for {down:.0f}s (lease {lease:.0f}s, no server restart),"
