@@ -1,9 +1,11 @@
 """Retention: delete the job rows of broadcasts that ended long ago, keeping their counts.
 
-A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago first has its final
-counts frozen into `broadcasts.final_counts` (one transaction, with the row locked), and only
-then are its jobs deleted, a batch per transaction. `campaign status` reads the frozen counts
-from then on, so it stays exact (invariant 8); `campaign recipients` has nobody left to list.
+A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago is first marked purged
+(one transaction, with the row locked), its counts and last problem copied into
+`broadcasts.final_counts`, and only then are its jobs deleted, a batch per transaction. The
+counts every surface reads are counters that a delete does not touch (queue/counts.py), so they
+are the same right before and after; `campaign status` reads the last problem from the frozen
+copy; `campaign recipients` has nobody left to list.
 Every worker runs this from its maintenance loop at a low rate; an advisory lock lets one
 worker at a time do it.
 """
@@ -16,6 +18,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from senddock.queue.counts import counts_of_async
+
 AsyncConn = AsyncConnection[dict[str, Any]]
 
 CLEANER_LOCK = (1397048900, 2)
@@ -23,32 +27,15 @@ CLEANER_LOCK = (1397048900, 2)
 BATCH = 5_000
 BATCHES_PER_PASS = 10
 
-# The exact counts of one broadcast, from the index that carries status and failure.
-FINAL_COUNTS = """
-SELECT jsonb_build_object(
-    'total', count(*),
-    'pending', count(*) FILTER (WHERE status = 'pending'),
-    'sending', count(*) FILTER (WHERE status = 'sending'),
-    'retry', count(*) FILTER (WHERE status = 'retry'),
-    'sent', count(*) FILTER (WHERE status = 'sent'),
-    'failed', count(*) FILTER (WHERE status = 'failed'),
-    'cancelled', count(*) FILTER (WHERE status = 'cancelled'),
-    'bounced', count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced'),
-    'suppressed', count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed'),
-    'exhausted', count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted'),
-    'rejected', count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected'),
-    -- What `campaign status` shows as its last problem, kept with the counts it outlives.
-    'last_problem', (SELECT jsonb_build_object('email', p.email, 'status', p.status,
-                                               'last_stage', p.last_stage,
-                                               'last_code', p.last_code,
-                                               'last_enhanced', p.last_enhanced,
-                                               'last_reply', p.last_reply)
-                     FROM broadcast_jobs p
-                     WHERE p.broadcast_id = %(b)s AND p.status IN ('retry', 'failed')
-                       AND p.last_reply IS NOT NULL
-                     ORDER BY p.updated_at DESC LIMIT 1)
-) AS counts
-FROM broadcast_jobs WHERE broadcast_id = %(b)s
+# What `campaign status` shows as its last problem, kept with the counts it outlives (its job
+# is about to be deleted).
+LAST_PROBLEM = """
+SELECT jsonb_build_object('email', p.email, 'status', p.status, 'last_stage', p.last_stage,
+                          'last_code', p.last_code, 'last_enhanced', p.last_enhanced,
+                          'last_reply', p.last_reply) AS problem
+FROM broadcast_jobs p
+WHERE p.broadcast_id = %(b)s AND p.status IN ('retry', 'failed') AND p.last_reply IS NOT NULL
+ORDER BY p.updated_at DESC LIMIT 1
 """
 # An ended broadcast past retention whose counts are not frozen yet, locked (a retry-failed or
 # anything else touching it waits, or we skip it).
@@ -84,9 +71,13 @@ async def freeze_one(conn: AsyncConn, days: int) -> int | None:
         row = await (await conn.execute(EXPIRED, {"days": days})).fetchone()
         if row is None:
             return None
-        counts = await (await conn.execute(FINAL_COUNTS, {"b": row["id"]})).fetchone()
-        assert counts is not None
-        await conn.execute(FREEZE, {"b": row["id"], "counts": Jsonb(counts["counts"])})
+        bid = int(row["id"])
+        # The counters (queue/counts.py) outlive the jobs: the frozen copy is a record of what
+        # they said at the purge, with the last problem, whose job goes with the purge.
+        counts: dict[str, Any] = (await counts_of_async(conn, [bid]))[bid].as_dict()
+        problem = await (await conn.execute(LAST_PROBLEM, {"b": bid})).fetchone()
+        counts["last_problem"] = problem["problem"] if problem else None
+        await conn.execute(FREEZE, {"b": bid, "counts": Jsonb(counts)})
         return int(row["id"])
 
 
