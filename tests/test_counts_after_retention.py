@@ -1,7 +1,7 @@
 """One count (issue 20): every surface shows the same counts, before and after retention deletes a
 finished broadcast's jobs. A real `senddock serve` with its worker sends through a real SMTP
-catcher; the real cleaner purges; the CLI, the API, the dashboard and /metrics are read as a
-person or a scraper reads them.
+catcher; the real cleaner purges; the CLI (campaign status and list), the API (list and detail),
+the dashboard list and /metrics are read as a person or a scraper reads them.
 
 Without queue/counts.py (on main before it) the API list and the dashboard list showed 0 sent
 after the purge, and /metrics lost the purged messages.
@@ -49,6 +49,9 @@ def _surfaces(
     done = senddock(env, "campaign", "status", str(cid), "--json")
     assert done.returncode == 0, done.stderr
     cli = json.loads(done.stdout)
+    done = senddock(env, "campaign", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    cli_list = {c["id"]: c for c in json.loads(done.stdout)}[cid]
     detail = api.get(f"/api/v1/campaigns/{cid}").json()
     listed = {c["id"]: c for c in api.get("/api/v1/campaigns").json()["items"]}[cid]
     html = dash.get("/").text
@@ -63,6 +66,7 @@ def _surfaces(
 
     return {
         "cli": {k: cli[k] for k in KEYS},
+        "cli list": {k: cli_list[k] for k in ("total", "sent", "failed", "cancelled")},
         "api detail": {k: detail[k] for k in KEYS},
         "api list": {k: listed[k] for k in ("total", "sent", "failed")},
         "dashboard list": {k: int(cells[k]) for k in ("total", "sent", "failed", "cancelled")},

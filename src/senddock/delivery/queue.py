@@ -220,8 +220,12 @@ WITH leftovers AS (
     FROM broadcasts seen
     WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
       AND NOT EXISTS (SELECT 1 FROM broadcast_enqueues e WHERE e.broadcast_id = b.id)
-      AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j
-                      WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
+      -- Invariant 8: no job left in pending, sending or retry: its total less its jobs in a
+      -- final state, from the counters (queue/counts.py), a few rows however big it is (a
+      -- NOT EXISTS over its jobs walked every sent one before the first pending, each call).
+      AND (SELECT coalesce(sum(CASE WHEN k.state = 'total' THEN k.n
+                                    WHEN k.state = 'retry' THEN 0 ELSE -k.n END), 0)
+           FROM broadcast_counts k WHERE k.broadcast_id = b.id) = 0
     RETURNING b.id, b.campaign_id
 )
 UPDATE campaigns c SET status = 'sent', updated_at = now()
