@@ -18,7 +18,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from senddock.queue.counts import counts_of_async
+from senddock.queue.counts import counts_of_async, last_problem_async
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
@@ -27,16 +27,6 @@ CLEANER_LOCK = (1397048900, 2)
 BATCH = 5_000
 BATCHES_PER_PASS = 10
 
-# What `campaign status` shows as its last problem, kept with the counts it outlives (its job
-# is about to be deleted).
-LAST_PROBLEM = """
-SELECT jsonb_build_object('email', p.email, 'status', p.status, 'last_stage', p.last_stage,
-                          'last_code', p.last_code, 'last_enhanced', p.last_enhanced,
-                          'last_reply', p.last_reply) AS problem
-FROM broadcast_jobs p
-WHERE p.broadcast_id = %(b)s AND p.status IN ('retry', 'failed') AND p.last_reply IS NOT NULL
-ORDER BY p.updated_at DESC LIMIT 1
-"""
 # An ended broadcast past retention whose counts are not frozen yet, locked (a retry-failed or
 # anything else touching it waits, or we skip it).
 EXPIRED = """
@@ -75,8 +65,7 @@ async def freeze_one(conn: AsyncConn, days: int) -> int | None:
         # The counters (queue/counts.py) outlive the jobs: the frozen copy is a record of what
         # they said at the purge, with the last problem, whose job goes with the purge.
         counts: dict[str, Any] = (await counts_of_async(conn, [bid]))[bid].as_dict()
-        problem = await (await conn.execute(LAST_PROBLEM, {"b": bid})).fetchone()
-        counts["last_problem"] = problem["problem"] if problem else None
+        counts["last_problem"] = await last_problem_async(conn, bid)
         await conn.execute(FREEZE, {"b": bid, "counts": Jsonb(counts)})
         return int(row["id"])
 

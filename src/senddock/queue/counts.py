@@ -128,3 +128,8 @@ def all_counts(conn: Conn) -> Counts:
 def last_problem(conn: Conn, broadcast_id: int) -> dict[str, Any] | None:
     """The newest retry or failed job of a broadcast that has a reply, or None."""
     return conn.execute(QUERIES["last_problem"], {"b": broadcast_id}).fetchone()
+
+
+async def last_problem_async(conn: AsyncConn, broadcast_id: int) -> dict[str, Any] | None:
+    """`last_problem` on an async connection (the cleaner freezes it before a purge)."""
+    return await (await conn.execute(QUERIES["last_problem"], {"b": broadcast_id})).fetchone()
