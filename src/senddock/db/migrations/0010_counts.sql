@@ -46,8 +46,15 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- A claim of pending jobs (pending -> sending, the most frequent statement) has no counted state
+-- on either side: it returns before the grouped upsert (which cost it about as much again as
+-- the trigger's own firing, measured on a 200,000-job broadcast).
 CREATE FUNCTION senddock_count_updated_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM new_jobs WHERE status NOT IN ('pending', 'sending'))
+       AND NOT EXISTS (SELECT 1 FROM old_jobs WHERE status NOT IN ('pending', 'sending')) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO broadcast_counts AS c (broadcast_id, state, slot, n)
     SELECT d.broadcast_id, d.state, pg_backend_pid() % 16, sum(d.n)
     FROM (SELECT broadcast_id, senddock_count_state(status, failure) AS state, 1 AS n
