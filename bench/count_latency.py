@@ -13,6 +13,12 @@ to each). For reference, main's statements before the one count (the API list's 
 count of sent and failed jobs, and `campaign status`'s COUNTS) on the same rows.
 
 Printed: one table, a row per measure, a column per size, and big/small.
+
+Measured 2026-12-02, this 2-core shared machine, embedded Postgres 18, default arguments
+(20 campaigns, 10,000 against 1,000,000 jobs each, median of 20; seeding 20,000,000 jobs took
+103 s), in ms: dashboard list 8.2 / 8.9 (1.09x), API list 5.1 / 5.5 (1.08x), campaign status
+of a finished campaign 0.8 / 0.6, of a half-way one 0.5 / 0.5; main's API list statement
+21.2 / 3,437 (162x), main's status COUNTS 1.3 / 88.5 (69x).
 """
 
 from __future__ import annotations
