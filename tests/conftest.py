@@ -20,9 +20,9 @@ from senddock.testing import Catcher
 from support import Conn
 
 TABLES = (
-    "broadcast_jobs, broadcasts, campaigns, list_memberships, lists, subscribers, suppressions,"
-    " workers, api_tokens, admins, import_jobs, import_uploads, worker_deaths, sessions,"
-    " login_attempts"
+    "broadcast_jobs, broadcast_counts, broadcasts, campaigns, list_memberships, lists,"
+    " subscribers, suppressions, workers, api_tokens, admins, import_jobs, import_uploads,"
+    " worker_deaths, sessions, login_attempts"
 )
 
 

@@ -1,4 +1,4 @@
-"""What delivery/smtp.py takes over from aiosmtplib, checked against a real aiosmtpd server.
+"""What smtp/session.py takes over from aiosmtplib, checked against a real aiosmtpd server.
 
 aiosmtplib opens the session (connect, EHLO, STARTTLS, AUTH); `SmtpSession._open` then takes
 its connection for our own transaction transport (`_Replies`). That leans on aiosmtplib parts
@@ -37,7 +37,7 @@ import trustme
 from aiosmtplib import SMTPResponse
 from aiosmtplib.email import quote_address
 
-from senddock.delivery.smtp import _Replies
+from senddock.smtp.session import _Replies
 from senddock.testing import Catcher
 
 Tls = Literal["none", "starttls", "tls"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from senddock.campaigns import broadcast, status
+from senddock.campaigns import broadcast, cancel, retry_failed, status
+from senddock.queue.counts import Counts, counts_of
 from senddock.testing import Catcher
-from support import Conn, ThreadWorker, send_campaign, unfinished
+from support import Conn, ThreadWorker, send_campaign, unfinished, wait_until
 
 N = 2000
 
@@ -84,3 +85,73 @@ def test_counts_move_while_sending_and_the_campaign_is_sent_only_at_the_end(
     assert conn.execute("SELECT count(*) AS n FROM broadcasts").fetchone() == {"n": 1}
     assert status(conn, cid)["status"] == "sent"
     assert catcher.delivered_once(emails)
+
+
+RECOUNT = """
+SELECT broadcast_id, count(*) AS total,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'sending') AS sending,
+       count(*) FILTER (WHERE status = 'retry') AS retry,
+       count(*) FILTER (WHERE status = 'sent') AS sent,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE failure = 'bounced') AS bounced,
+       count(*) FILTER (WHERE failure = 'suppressed') AS suppressed,
+       count(*) FILTER (WHERE failure = 'exhausted') AS exhausted,
+       count(*) FILTER (WHERE failure = 'rejected') AS rejected
+FROM broadcast_jobs GROUP BY broadcast_id
+"""
+
+
+def _agree(conn: Conn) -> dict[int, Counts]:
+    """The counters and a recount of the jobs, in one snapshot; they must be equal."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        recount = {
+            int(r.pop("broadcast_id")): Counts(**{k: int(v) for k, v in r.items()})
+            for r in conn.execute(RECOUNT).fetchall()
+        }
+        counted = counts_of(conn, list(recount))
+    assert counted == recount
+    return counted
+
+
+def test_the_counters_equal_a_recount_of_the_jobs_at_every_moment(
+    conn: Conn, db_url: str, catcher: Catcher
+) -> None:
+    """Two worker processes' worth of sessions (each its own connections, so its own counter
+    slots), bounces, deferrals, a cancel mid-way and retry-failed: every writer moves the
+    counters in its own transaction, so a snapshot never sees them differ from the jobs."""
+    emails = [f"user{i}@example.com" for i in range(300)]
+    emails += [f"bounce-{i}@example.com" for i in range(10)]
+    emails += [f"flaky-{i}@example.com" for i in range(10)]
+    cid, _ = send_campaign(conn, "news", emails, "news")
+    other, _ = send_campaign(conn, "other", [f"o{i}@example.com" for i in range(200)], "other")
+    cancelled = False
+    with (
+        ThreadWorker(db_url, catcher.url, concurrency=3),
+        ThreadWorker(db_url, catcher.url, concurrency=3),
+    ):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            _agree(conn)
+            st = status(conn, other)
+            if not cancelled and st["sent"] > 20:
+                cancel(conn, other)
+                cancelled = True
+            if status(conn, cid)["status"] == "sent" and status(conn, other)["sending"] == 0:
+                break
+            time.sleep(0.01)
+        assert cancelled
+        _agree(conn)
+        # A person lifts one bounce's suppression: retry-failed sends it again (failed ->
+        # pending, then claimed and bounced again, suppressed again).
+        conn.execute("DELETE FROM suppressions WHERE email = 'bounce-0@example.com'")
+        assert retry_failed(conn, cid) == 1
+        _agree(conn)
+        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 60)
+        counts = _agree(conn)
+    done = status(conn, cid)
+    assert (done["sent"], done["bounced"], done["total"]) == (310, 10, 320), done
+    assert sum(c.total for c in counts.values()) == 520
+    _agree(conn)

@@ -1,5 +1,5 @@
 """Table health (issue 6, target 5): claims read only the claimable rows however many finished
-rows the queue holds, counts are an index-only read, and retention deletes old jobs while
+rows the queue holds, counts read counters, and retention deletes old jobs while
 `campaign status` stays exact.
 """
 
@@ -13,9 +13,9 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from senddock.campaigns import CampaignError, retry_failed, status
-from senddock.campaigns.campaigns import COUNTS
 from senddock.delivery import cleaner
 from senddock.queue import claim_sql
+from senddock.queue.counts import QUERIES as COUNTS
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, plan_nodes, send_campaign, wait_until
 
@@ -52,15 +52,24 @@ def test_claim_reads_the_partial_index_of_claimable_rows_past_a_hundred_thousand
     assert not [n for n in on_jobs if n["Node Type"] == "Seq Scan"]
 
 
-def test_counts_are_an_index_only_read_of_the_unique_key(conn: Conn) -> None:
+def test_counts_read_the_counters_and_only_the_held_rows_of_the_queue(conn: Conn) -> None:
+    """The one count (queue/counts.py) reads counter rows and, of broadcast_jobs, only the
+    partial index of held rows: nothing whose size grows with the broadcast."""
     _finished_queue(conn)
     _, bid = send_campaign(conn, "small", [f"s{i}@example.com" for i in range(500)], "small")
     conn.execute("VACUUM ANALYZE broadcast_jobs")
-    nodes = _plan(conn, COUNTS, (bid,))
-    on_jobs = [n for n in nodes if n.get("Relation Name") == "broadcast_jobs"]
-    assert [(n["Node Type"], n.get("Index Name")) for n in on_jobs] == [
-        ("Index Only Scan", "broadcast_jobs_once")
+    counters = _plan(conn, COUNTS["counters"], {"ids": [bid]})
+    assert {n.get("Relation Name") for n in counters if "Relation Name" in n} == {
+        "broadcast_counts"
+    }
+    held = _plan(conn, COUNTS["sending"], {"ids": [bid]})
+    on_jobs = [n for n in held if n.get("Relation Name") == "broadcast_jobs"]
+    assert [n.get("Index Name") for n in on_jobs] == ["broadcast_jobs_sending"], [
+        (n["Node Type"], n.get("Index Name")) for n in on_jobs
     ]
+    problem = _plan(conn, COUNTS["last_problem"], {"b": bid})
+    on_jobs = [n for n in problem if n.get("Relation Name") == "broadcast_jobs"]
+    assert [n.get("Index Name") for n in on_jobs] == ["broadcast_jobs_problems"]
 
 
 def _run(coro: Any) -> Any:

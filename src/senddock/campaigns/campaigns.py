@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import psycopg
 
@@ -22,6 +22,10 @@ from senddock.messages import check_header, compile_message
 from senddock.queue import Campaign, finish_sync, lock_campaign
 from senddock.queue import cancel as cancel_in_queue
 from senddock.queue import set_running as set_running_in_queue
+from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
+from senddock.queue.counts import FAILURES as FAILURES
+from senddock.queue.counts import JOB_STATUSES as JOB_STATUSES
+from senddock.queue.counts import Failure, JobState, count, last_problem
 
 
 class CampaignError(ValueError):
@@ -103,21 +107,6 @@ def _insert(
     return int(row["id"])
 
 
-COUNTS = """
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'sending') AS sending,
-       count(*) FILTER (WHERE status = 'retry') AS retry,
-       count(*) FILTER (WHERE status = 'sent') AS sent,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced') AS bounced,
-       count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed') AS suppressed,
-       count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted') AS exhausted,
-       count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected') AS rejected,
-       count(*) FILTER (WHERE status = 'cancelled') AS cancelled
-FROM broadcast_jobs WHERE broadcast_id = %s
-"""
-
 # The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py).
 STATUS = """
 SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
@@ -135,22 +124,8 @@ SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fau
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
 """
 
-# The latest reply that held a job back or failed it, code or not ("connection refused" and
-# "worker 3 died" have none). Only retry and failed jobs are read, newest first.
-LAST_PROBLEM = """
-SELECT email, status, last_stage, last_code, last_enhanced, last_reply FROM broadcast_jobs
-WHERE broadcast_id = %s AND status IN ('retry', 'failed') AND last_reply IS NOT NULL
-ORDER BY updated_at DESC LIMIT 1
-"""
-
 # A job's status, and for a failed one the reason it failed: what a recipient can show.
-JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled"]
-Failure = Literal["bounced", "suppressed", "exhausted", "rejected"]
 JobStatus = Literal[JobState, Failure]
-JOB_STATUSES: tuple[str, ...] = get_args(JobState)
-FAILURES: tuple[str, ...] = get_args(Failure)
-# A broadcast's counts: its total, then one per status and per failure reason.
-COUNT_KEYS: tuple[str, ...] = ("total", *JOB_STATUSES, *FAILURES)
 
 
 def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
@@ -162,24 +137,18 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         c = conn.execute(STATUS, (campaign_id,)).fetchone()
         if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
-        counts: dict[str, Any] = dict.fromkeys(COUNT_KEYS, 0)
-        if c["final_counts"] is not None:  # its jobs were deleted (retention): frozen before
-            counts = {k: int(c["final_counts"].get(k, 0)) for k in COUNT_KEYS}
-        elif c["broadcast_id"] is not None:
-            row = conn.execute(COUNTS, (c["broadcast_id"],)).fetchone()
-            assert row is not None
-            counts = {k: int(row[k]) for k in COUNT_KEYS}
+        counts = count(conn, c["broadcast_id"])  # the one count: exact after retention too
         problem = None
-        if c["final_counts"] is not None:
-            problem = c["final_counts"].get("last_problem")  # frozen with the counts
+        if c["final_counts"] is not None:  # its jobs were deleted (retention): frozen before
+            problem = c["final_counts"].get("last_problem")
         elif c["broadcast_id"] is not None:
-            problem = conn.execute(LAST_PROBLEM, (c["broadcast_id"],)).fetchone()
+            problem = last_problem(conn, c["broadcast_id"])
     return {
         "id": c["id"],
         "name": c["name"],
         "status": c["status"],
         "broadcast_id": c["broadcast_id"],
-        **counts,
+        **counts.as_dict(),
         "pause_reason": c["pause_reason"],
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.

@@ -7,26 +7,14 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns.campaigns import UnknownCampaign
+from senddock.queue.counts import Counts, counts_of
 
 Conn = psycopg.Connection[dict[str, Any]]
 
-# Counts from the jobs (the index that holds each job's status), or the frozen ones once
-# retention deleted the jobs; a draft has none.
+# Every campaign, newest first; its counts are the queue's (queue/counts.py).
 LIST = """
-SELECT c.id, c.name, c.status, c.created_at, c.send_at,
-       coalesce((b.final_counts->>'total')::bigint, k.total, 0) AS total,
-       coalesce((b.final_counts->>'sent')::bigint, k.sent, 0) AS sent,
-       coalesce((b.final_counts->>'failed')::bigint, k.failed, 0) AS failed,
-       coalesce((b.final_counts->>'cancelled')::bigint, k.cancelled, 0) AS cancelled
+SELECT c.id, c.name, c.status, c.created_at, c.send_at, c.broadcast_id
 FROM campaigns c
-LEFT JOIN broadcasts b ON b.id = c.broadcast_id
-LEFT JOIN LATERAL (
-    SELECT count(*) AS total,
-           count(*) FILTER (WHERE j.status = 'sent') AS sent,
-           count(*) FILTER (WHERE j.status = 'failed') AS failed,
-           count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled
-    FROM broadcast_jobs j WHERE j.broadcast_id = c.broadcast_id
-) k ON b.final_counts IS NULL
 ORDER BY c.id DESC
 """
 
@@ -43,7 +31,14 @@ FROM campaigns c WHERE c.id = %s
 
 def all_campaigns(conn: Conn) -> list[dict[str, Any]]:
     """Every campaign, newest first: id, name, status, created, send_at and its counts."""
-    return [{**r, **_ints(r)} for r in conn.execute(LIST).fetchall()]
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rows = conn.execute(LIST).fetchall()
+        counts = counts_of(conn, [int(r["broadcast_id"]) for r in rows if r["broadcast_id"]])
+    none = Counts()
+    for r in rows:
+        r.update(_ints(counts.get(r.pop("broadcast_id"), none)))
+    return rows
 
 
 def show(conn: Conn, campaign_id: int) -> dict[str, Any]:
@@ -54,5 +49,5 @@ def show(conn: Conn, campaign_id: int) -> dict[str, Any]:
     return {**row, "lists": list(row["lists"])}
 
 
-def _ints(row: dict[str, Any]) -> dict[str, int]:
-    return {k: int(row[k]) for k in ("total", "sent", "failed", "cancelled")}
+def _ints(counts: Counts) -> dict[str, int]:
+    return {k: getattr(counts, k) for k in ("total", "sent", "failed", "cancelled")}

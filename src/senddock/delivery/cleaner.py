@@ -1,12 +1,13 @@
 """Retention: delete the job rows of broadcasts that ended long ago, keeping their counts.
 
-A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago first has its final
-counts frozen into `broadcasts.final_counts` (one transaction, with the row locked), and only
-then are its jobs deleted, a batch per transaction (the statements are the queue layer's:
-senddock/queue/jobs.sql, expired, freeze, delete_batch). `campaign status` reads the frozen
-counts from then on, so it stays exact (invariant 8); `campaign recipients` has nobody left to
-list. Every worker runs this as a maintenance service (delivery/maintainer.py) at a low rate;
-an advisory lock lets one worker at a time do it.
+A broadcast finished or cancelled more than SENDDOCK_RETENTION_DAYS ago is first marked purged
+(one transaction, with the row locked), its counts and last problem copied into
+`broadcasts.final_counts`, and only then are its jobs deleted, a batch per transaction (the
+statements are the queue layer's: senddock/queue/jobs.sql, expired, freeze, delete_batch). The
+counts every surface reads are counters that a delete does not touch (queue/counts.py), so they
+are the same right before and after; `campaign status` reads the last problem from the frozen
+copy; `campaign recipients` has nobody left to list. Every worker runs this as a maintenance
+service (delivery/maintainer.py) at a low rate; an advisory lock lets one worker at a time do it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from psycopg import AsyncConnection
 
 from senddock import queue
 from senddock.delivery.maintainer import Service
+from senddock.queue.counts import counts_of_async, last_problem_async
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
@@ -25,34 +27,6 @@ CLEANER_LOCK = (1397048900, 2)
 BATCH = 5_000
 BATCHES_PER_PASS = 10
 
-# The exact counts of one broadcast, from the index that carries status and failure.
-FINAL_COUNTS = """
-SELECT jsonb_build_object(
-    'total', count(*),
-    'pending', count(*) FILTER (WHERE status = 'pending'),
-    'sending', count(*) FILTER (WHERE status = 'sending'),
-    'retry', count(*) FILTER (WHERE status = 'retry'),
-    'sent', count(*) FILTER (WHERE status = 'sent'),
-    'failed', count(*) FILTER (WHERE status = 'failed'),
-    'cancelled', count(*) FILTER (WHERE status = 'cancelled'),
-    'bounced', count(*) FILTER (WHERE status = 'failed' AND failure = 'bounced'),
-    'suppressed', count(*) FILTER (WHERE status = 'failed' AND failure = 'suppressed'),
-    'exhausted', count(*) FILTER (WHERE status = 'failed' AND failure = 'exhausted'),
-    'rejected', count(*) FILTER (WHERE status = 'failed' AND failure = 'rejected'),
-    -- What `campaign status` shows as its last problem, kept with the counts it outlives.
-    'last_problem', (SELECT jsonb_build_object('email', p.email, 'status', p.status,
-                                               'last_stage', p.last_stage,
-                                               'last_code', p.last_code,
-                                               'last_enhanced', p.last_enhanced,
-                                               'last_reply', p.last_reply)
-                     FROM broadcast_jobs p
-                     WHERE p.broadcast_id = %(b)s AND p.status IN ('retry', 'failed')
-                       AND p.last_reply IS NOT NULL
-                     ORDER BY p.updated_at DESC LIMIT 1)
-) AS counts
-FROM broadcast_jobs WHERE broadcast_id = %(b)s
-"""
-
 
 async def freeze_one(conn: AsyncConn, days: int) -> int | None:
     """Freeze the counts of one expired broadcast; its id, or None if there is none."""
@@ -60,9 +34,11 @@ async def freeze_one(conn: AsyncConn, days: int) -> int | None:
         bid = await queue.lock_expired(conn, days)
         if bid is None:
             return None
-        counts = await (await conn.execute(FINAL_COUNTS, {"b": bid})).fetchone()
-        assert counts is not None
-        await queue.freeze(conn, bid, counts["counts"])
+        # The counters (queue/counts.py) outlive the jobs: the frozen copy is a record of what
+        # they said at the purge, with the last problem, whose job goes with the purge.
+        counts: dict[str, Any] = (await counts_of_async(conn, [bid]))[bid].as_dict()
+        counts["last_problem"] = await last_problem_async(conn, bid)
+        await queue.freeze(conn, bid, counts)
         return bid
 
 

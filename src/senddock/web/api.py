@@ -94,7 +94,9 @@ def list_subscribers(
     per_page: PerPage = 50,
 ) -> s.SubscriberPage:
     """Subscribers by id, optionally matching `q` (address or name) and on `list`."""
-    rows, total = queries.subscribers_page(conn, q, list_name, page, per_page)
+    pattern, offset = queries.like(q), (page - 1) * per_page
+    rows = queries.subscribers_page(conn, pattern, list_name, per_page, offset)
+    total = queries.subscriber_total(conn, pattern, list_name)
     items = [s.SubscriberSummary(**r) for r in rows]
     return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
 
@@ -253,7 +255,7 @@ def list_campaigns(
     per_page: PerPage = 50,
 ) -> s.CampaignPage:
     """Campaigns, newest first, with sent and failed counts."""
-    rows, total = queries.campaigns_page(conn, status, page, per_page)
+    rows, total = queries.campaigns_page(conn, status, per_page, (page - 1) * per_page)
     items = [s.CampaignSummary(**r) for r in rows]
     return s.CampaignPage(page=page, per_page=per_page, total=total, items=items)
 

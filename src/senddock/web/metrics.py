@@ -24,9 +24,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from psycopg_pool import PoolTimeout
 
-from senddock.campaigns.campaigns import JOB_STATUSES
 from senddock.db import check_current
 from senddock.db.migrate import MigrationError
+from senddock.queue.counts import FAILURES, JOB_STATUSES, all_counts
 from senddock.web import auth
 from senddock.web.errors import RESPONSES
 from senddock.web.schemas import Ready
@@ -38,13 +38,6 @@ router = APIRouter()
 NO_DATABASE = "the database check failed (the server log says why)"
 SCHEMA_BEHIND = "the database schema is not current: run 'senddock migrate'"
 
-# Finished jobs by outcome: sent, or failed with its reason (bounced, suppressed, …).
-OUTCOMES = """
-SELECT CASE WHEN status = 'failed' THEN 'failed_' || coalesce(failure, 'unknown')
-            ELSE status END AS outcome, count(*) AS n
-FROM broadcast_jobs WHERE status IN ('sent', 'failed', 'cancelled') GROUP BY 1
-"""
-DEPTH = "SELECT status, count(*) AS n FROM broadcast_jobs GROUP BY status"
 # Claim-to-send latency of the messages sent in the last `window` (recent rows only).
 LATENCY = """
 SELECT count(*) AS n, coalesce(sum(extract(epoch FROM sent_at - claimed_at)), 0)::float AS total,
@@ -73,7 +66,7 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 
 
 class QueueCollector(Collector):
-    """Reads the queue at each scrape (a few aggregate queries over indexed columns)."""
+    """Reads the queue at each scrape (the counters, and a few aggregate queries)."""
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]], lease_seconds: float) -> None:
         self.conn = conn
@@ -81,19 +74,26 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         c = self.conn
+        # The one count (queue/counts.py), of every broadcast: a few counter rows each, and
+        # the same before and after retention deletes a broadcast's jobs.
+        counts = all_counts(c)
         outcome = GaugeMetricFamily(
             "senddock_messages", "Finished messages by outcome (all time)", labels=["outcome"]
         )
-        for r in c.execute(OUTCOMES).fetchall():
-            outcome.add_metric([str(r["outcome"])], float(r["n"]))
+        for name, n in (("sent", counts.sent), ("cancelled", counts.cancelled)):
+            if n:
+                outcome.add_metric([name], float(n))
+        unknown = counts.failed - sum(getattr(counts, f) for f in FAILURES)
+        for failure, n in (*((f, getattr(counts, f)) for f in FAILURES), ("unknown", unknown)):
+            if n:
+                outcome.add_metric([f"failed_{failure}"], float(n))
         yield outcome
 
         depth = GaugeMetricFamily(
-            "senddock_queue_jobs", "Jobs in broadcast_jobs by status", labels=["status"]
+            "senddock_queue_jobs", "Jobs by status (all broadcasts)", labels=["status"]
         )
-        found = {str(r["status"]): int(r["n"]) for r in c.execute(DEPTH).fetchall()}
         for status in JOB_STATUSES:
-            depth.add_metric([status], float(found.get(status, 0)))
+            depth.add_metric([status], float(getattr(counts, status)))
         yield depth
 
         lat = c.execute(LATENCY).fetchone()

@@ -16,10 +16,10 @@ from starlette.responses import Response
 from senddock.audience import suppressions
 from senddock.audience.addresses import InvalidAddress
 from senddock.audience.lists import all_lists
-from senddock.web import imports
-from senddock.web.dashboard import queries
+from senddock.web import imports, queries
 from senddock.web.dashboard.gate import LoggedIn
-from senddock.web.dashboard.views import Page, db, flash, like, not_found, redirect, render
+from senddock.web.dashboard.views import Page, db, flash, not_found, redirect, render
+from senddock.web.queries import like
 
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
 
@@ -33,7 +33,9 @@ def subscriber_list(
 ) -> Response:
     at = Page.of(page)
     with db(request) as conn:
-        rows = queries.subscribers_page(conn, like(q), list_name or None, at.limit, at.offset)
+        rows = queries.subscribers_page(
+            conn, like(q), list_name or None, at.limit, at.offset, order="email"
+        )
         lists = all_lists(conn)
     return render(
         request,

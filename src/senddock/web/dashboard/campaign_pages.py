@@ -18,10 +18,11 @@ from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
 from senddock.messages import HeaderError, TemplateProblem
 from senddock.messages.render import address_count
-from senddock.web.dashboard import queries
+from senddock.web import queries
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
-from senddock.web.dashboard.views import Conn, Page, db, flash, like, not_found, redirect, render
+from senddock.web.dashboard.views import Conn, Page, db, flash, not_found, redirect, render
+from senddock.web.queries import like
 from senddock.words import plural
 
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
@@ -34,7 +35,7 @@ FILTERS = JOB_STATUSES + FAILURES
 def campaign_list(request: Request, page: str = "1") -> Response:
     at = Page.of(page)
     with db(request) as conn:
-        rows = queries.campaigns_page(conn, at.limit, at.offset)
+        rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset)
     return render(
         request,
         "campaigns.html",

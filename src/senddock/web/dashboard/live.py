@@ -25,8 +25,7 @@ from starlette.responses import Response
 
 from senddock import campaigns
 from senddock.delivery.rescuer import list_workers
-from senddock.web import auth, imports
-from senddock.web.dashboard import queries
+from senddock.web import auth, imports, queries
 from senddock.web.dashboard.campaign_pages import live_state
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Page, db, render
@@ -145,7 +144,7 @@ async def campaign_list_events(request: Request, page: str = "1") -> Response:
 
     def read(_: int) -> dict[str, Any]:
         with db(request) as conn:
-            rows = queries.campaigns_page(conn, at.size, at.offset)
+            rows, _ = queries.campaigns_page(conn, None, at.size, at.offset)
         return {"campaigns": [{k: r[k] for k in CAMPAIGN_KEYS} for r in rows]}
 
     return stream(request, 1.0, read, "campaigns")

@@ -101,12 +101,3 @@ class Page:
     def limit(self) -> int:
         """Rows to fetch: one more than shown, to know whether a next page exists."""
         return self.size + 1
-
-
-def like(term: str) -> str | None:
-    """An ILIKE pattern that matches `term` anywhere, its wildcards taken literally."""
-    term = term.strip()
-    if not term:
-        return None
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"

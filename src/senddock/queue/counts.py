@@ -1,0 +1,135 @@
+"""The one count of a broadcast's jobs: `Counts`, read by `counts_of` (invariant 8).
+
+Every surface that shows counts reads them here: `campaign status` (text and --json), the API
+(list and detail), the dashboard (list, page, live updates), /metrics and the cleaner's freeze.
+
+The counts are counters kept by statement-level triggers on broadcast_jobs (migration 0010), in
+the same transaction as each transition, so every writer (enqueue, claim, group commit, rescue,
+cancel, retry-failed) counts without knowing it. Pending and sending are not counters: sending
+is read from the small partial index of held rows, pending is the rest of the total. A read is
+a few rows per broadcast whatever its size, and retention (which deletes jobs, not counters)
+leaves it as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal, get_args
+
+import psycopg
+from psycopg import AsyncConnection
+
+from senddock.db import sql
+
+QUERIES = sql.load(__package__, "counts.sql")
+
+Conn = psycopg.Connection[dict[str, Any]]
+AsyncConn = AsyncConnection[dict[str, Any]]
+
+# A job's status, and for a failed one the reason it failed.
+JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled"]
+Failure = Literal["bounced", "suppressed", "exhausted", "rejected"]
+JOB_STATUSES: tuple[str, ...] = get_args(JobState)
+FAILURES: tuple[str, ...] = get_args(Failure)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A broadcast's jobs: the total, one count per status and one per failure reason."""
+
+    total: int = 0
+    pending: int = 0
+    sending: int = 0
+    retry: int = 0
+    sent: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    bounced: int = 0
+    suppressed: int = 0
+    exhausted: int = 0
+    rejected: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(**{k: v + getattr(other, k) for k, v in self.as_dict().items()})
+
+
+COUNT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
+
+
+def _counts(states: dict[str, int], sending: int) -> Counts:
+    """Counts from the counted states of one broadcast (or of all) and its held jobs."""
+    failed = {k[len("failed:") :]: n for k, n in states.items() if k.startswith("failed:")}
+    total = states.get("total", 0)
+    retry, sent, cancelled = (states.get(k, 0) for k in ("retry", "sent", "cancelled"))
+    all_failed = sum(failed.values())
+    return Counts(
+        total=total,
+        pending=total - sending - retry - sent - all_failed - cancelled,
+        sending=sending,
+        retry=retry,
+        sent=sent,
+        failed=all_failed,
+        cancelled=cancelled,
+        **{reason: failed.get(reason, 0) for reason in FAILURES},
+    )
+
+
+def counts_of(conn: Conn, broadcast_ids: Sequence[int]) -> dict[int, Counts]:
+    """The counts of each of these broadcasts (zero for one with no job).
+
+    Two statements; call it inside a REPEATABLE READ transaction when the counts must agree with
+    other reads (campaigns.status does)."""
+    ids = sorted(set(broadcast_ids))
+    if not ids:
+        return {}
+    counters = conn.execute(QUERIES["counters"], {"ids": ids}).fetchall()
+    held = conn.execute(QUERIES["sending"], {"ids": ids}).fetchall()
+    return _by_broadcast(ids, counters, held)
+
+
+async def counts_of_async(conn: AsyncConn, broadcast_ids: Sequence[int]) -> dict[int, Counts]:
+    """`counts_of` on an async connection (the cleaner's)."""
+    ids = sorted(set(broadcast_ids))
+    if not ids:
+        return {}
+    counters = await (await conn.execute(QUERIES["counters"], {"ids": ids})).fetchall()
+    held = await (await conn.execute(QUERIES["sending"], {"ids": ids})).fetchall()
+    return _by_broadcast(ids, counters, held)
+
+
+def _by_broadcast(
+    ids: list[int], counters: list[dict[str, Any]], held: list[dict[str, Any]]
+) -> dict[int, Counts]:
+    states: dict[int, dict[str, int]] = {b: {} for b in ids}
+    for row in counters:
+        states[int(row["broadcast_id"])][str(row["state"])] = int(row["n"])
+    sending = {int(r["broadcast_id"]): int(r["n"]) for r in held}
+    return {b: _counts(states[b], sending.get(b, 0)) for b in ids}
+
+
+def count(conn: Conn, broadcast_id: int | None) -> Counts:
+    """One broadcast's counts; all zero for none (a draft has no broadcast)."""
+    if broadcast_id is None:
+        return Counts()
+    return counts_of(conn, [broadcast_id])[broadcast_id]
+
+
+def all_counts(conn: Conn) -> Counts:
+    """The counts of every broadcast together (/metrics), purged ones included."""
+    states = {str(r["state"]): int(r["n"]) for r in conn.execute(QUERIES["all_counters"])}
+    row = conn.execute(QUERIES["all_sending"]).fetchone()
+    return _counts(states, int(row["n"]) if row else 0)
+
+
+def last_problem(conn: Conn, broadcast_id: int) -> dict[str, Any] | None:
+    """The newest retry or failed job of a broadcast that has a reply, or None."""
+    return conn.execute(QUERIES["last_problem"], {"b": broadcast_id}).fetchone()
+
+
+async def last_problem_async(conn: AsyncConn, broadcast_id: int) -> dict[str, Any] | None:
+    """`last_problem` on an async connection (the cleaner freezes it before a purge)."""
+    return await (await conn.execute(QUERIES["last_problem"], {"b": broadcast_id})).fetchone()

@@ -1,0 +1,39 @@
+-- The one count of a broadcast's jobs (queue/counts.py). Counters are kept by the triggers of
+-- migration 0010 in the same transactions as the transitions.
+
+-- name: counters
+-- Invariant 8: a broadcast's counted states (total, retry, sent, failed by reason, cancelled),
+-- summed over the slots the writers shard them into: at most 16 rows per state, whatever the
+-- size of the broadcast, and untouched by retention, which deletes jobs but no counter.
+SELECT broadcast_id, state, sum(n)::bigint AS n
+FROM broadcast_counts
+WHERE broadcast_id = ANY(%(ids)s::bigint[])
+GROUP BY broadcast_id, state
+
+-- name: sending
+-- Invariant 8: jobs held by workers right now, which no counter keeps (a claim would lock the
+-- counter row). The fence (OFFSET 0) keeps the held rows' own partial index
+-- (broadcast_jobs_sending: only rows in sending, a few per worker) as the only way in; with the
+-- broadcast's id in the same WHERE the planner may walk the broadcast's entries of the unique
+-- key instead, which is the whole broadcast.
+SELECT held.broadcast_id, count(*)::bigint AS n
+FROM (SELECT broadcast_id FROM broadcast_jobs WHERE status = 'sending' OFFSET 0) held
+WHERE held.broadcast_id = ANY(%(ids)s::bigint[])
+GROUP BY held.broadcast_id
+
+-- name: all_counters
+-- Invariant 8: every broadcast's counted states together (for /metrics): the counter table
+-- holds a few rows per broadcast, not one per job.
+SELECT state, sum(n)::bigint AS n FROM broadcast_counts GROUP BY state
+
+-- name: all_sending
+-- Invariant 8: every job held by a worker (for /metrics), through the held rows' partial index.
+SELECT count(*)::bigint AS n FROM broadcast_jobs WHERE status = 'sending'
+
+-- name: last_problem
+-- What `campaign status` shows as a broadcast's latest problem: the newest retry or failed job
+-- with a reply, one entry of the partial index broadcast_jobs_problems (migration 0010), so
+-- its cost does not grow with the broadcast either.
+SELECT email, status, last_stage, last_code, last_enhanced, last_reply FROM broadcast_jobs
+WHERE broadcast_id = %(b)s AND status IN ('retry', 'failed') AND last_reply IS NOT NULL
+ORDER BY updated_at DESC LIMIT 1

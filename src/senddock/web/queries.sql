@@ -1,0 +1,104 @@
+-- The web's one read layer (web/queries.py): pages of long tables for the API and the
+-- dashboard. Reads only; searches are ILIKE patterns built by queries.like().
+
+-- name: subscribers
+-- One page of subscribers, optionally matching a pattern (address or name) and on a list, with
+-- what the API shows (attributes, updated_at) and what the dashboard shows (lists with their
+-- membership status, suppressed). `{order}` is `s.id` (API) or `lower(s.email)` (dashboard),
+-- a literal chosen from two in queries.py and not a parameter, so that each order is read
+-- from its own index (the primary key, subscribers_email_key) and the scan stops after the
+-- page; the extra columns are computed for the page's rows only.
+WITH page AS (
+    SELECT s.id FROM subscribers s
+    WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
+      AND (%(list)s::text IS NULL OR EXISTS (
+            SELECT 1 FROM list_memberships m JOIN lists l ON l.id = m.list_id
+            WHERE m.subscriber_id = s.id AND l.name = %(list)s))
+    ORDER BY {order}
+    LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT s.id, s.email, s.name, s.status, s.attributes, s.created_at, s.updated_at,
+       coalesce((SELECT string_agg(l.name || CASE WHEN m.status = 'confirmed' THEN ''
+                                             ELSE ' (' || m.status || ')' END,
+                                   ', ' ORDER BY l.name)
+                 FROM list_memberships m JOIN lists l ON l.id = m.list_id
+                 WHERE m.subscriber_id = s.id), '') AS lists,
+       EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email)) AS suppressed
+FROM page JOIN subscribers s ON s.id = page.id
+ORDER BY {order}
+
+-- name: subscriber_total
+-- How many subscribers the `subscribers` page's filter matches (the API's `total`); the same
+-- WHERE as that statement, kept in step with it. Counted apart so that the dashboard, which
+-- shows no total, does not read every matching row for a page.
+SELECT count(*)::bigint AS n FROM subscribers s
+WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
+  AND (%(list)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM list_memberships m JOIN lists l ON l.id = m.list_id
+        WHERE m.subscriber_id = s.id AND l.name = %(list)s))
+
+-- name: subscriber_email
+-- A subscriber's address (the API names it in its answers), by primary key.
+SELECT email FROM subscribers WHERE id = %(id)s
+
+-- name: campaigns
+-- Invariant 8: one page of campaigns, newest first, optionally of one status, with every
+-- column the API and the dashboard list show. No count is read here: each broadcast's counts
+-- come from queue/counts.py, a few counter rows per campaign, whatever its broadcast's size
+-- (this statement used to count broadcast_jobs per campaign per request).
+SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.send_at, c.schedule_error,
+       c.broadcast_id, c.created_at, b.pause_reason,
+       coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM campaign_lists cl
+                 JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = c.id), '{}') AS lists,
+       count(*) OVER () AS full_count
+FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id
+WHERE (%(status)s::text IS NULL OR c.status = %(status)s)
+ORDER BY c.id DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: campaign_total
+-- How many campaigns of that status there are, for a page past the last (which has no row to
+-- carry the window count of `campaigns`).
+SELECT count(*)::bigint AS n FROM campaigns c
+WHERE (%(status)s::text IS NULL OR c.status = %(status)s)
+
+-- name: campaign
+-- One campaign's fields for its dashboard page, with its lists and when its broadcast began and
+-- ended (its counts are queue/counts.py's, through campaigns.status).
+SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to, c.created_at, c.send_at,
+       c.broadcast_id, b.created_at AS started_at, b.finished_at,
+       array(SELECT l.name FROM campaign_lists cl JOIN lists l ON l.id = cl.list_id
+             WHERE cl.campaign_id = c.id ORDER BY l.name) AS lists
+FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %(id)s
+
+-- name: campaign_broadcast
+-- A campaign's broadcast, to page its recipients (NULL before it is sent).
+SELECT broadcast_id FROM campaigns WHERE id = %(id)s
+
+-- name: rate
+-- Messages the server accepted in the last minute, and the seconds since the first of them (or
+-- the broadcast's start, if later): the span they were actually sent over (database clock).
+-- Reads the last minute's sent rows of one broadcast only.
+SELECT count(*)::int AS n,
+       extract(epoch FROM now() - greatest(
+           min(sent_at), (SELECT created_at FROM broadcasts WHERE id = %(b)s)))::float8 AS seconds
+FROM broadcast_jobs
+WHERE broadcast_id = %(b)s AND status = 'sent' AND sent_at > now() - interval '1 minute'
+
+-- name: per_minute
+-- Sent per minute, the latest `minutes` minutes that had a send (the campaign page's chart).
+SELECT date_trunc('minute', sent_at) AS minute, count(*)::int AS sent
+FROM broadcast_jobs WHERE broadcast_id = %(b)s AND status = 'sent'
+GROUP BY 1 ORDER BY 1 DESC LIMIT %(minutes)s
+
+-- name: now_minute
+-- The database's current minute: the chart of a live campaign ends there (database clock).
+SELECT date_trunc('minute', now()) AS now
+
+-- name: suppressions
+-- One page of the suppression list, optionally matching a pattern and of one reason.
+SELECT email, reason, created_at, coalesce(detail, '') AS detail
+FROM suppressions
+WHERE (%(q)s::text IS NULL OR email ILIKE %(q)s)
+  AND (%(reason)s::text IS NULL OR reason = %(reason)s)
+ORDER BY lower(email) LIMIT %(limit)s OFFSET %(offset)s
