@@ -10,14 +10,10 @@ import psycopg
 
 from senddock.audience import cells
 from senddock.audience.lists import find_list
+from senddock.db import sql
 
+QUERIES = sql.load(__package__, "export.sql")
 COLUMNS = ("email", "name", "status", "attributes", "suppressed")
-MEMBERS = """
-SELECT s.email, s.name, m.status, s.attributes,
-       EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email)) AS suppressed
-FROM list_memberships m JOIN subscribers s ON s.id = m.subscriber_id
-WHERE m.list_id = %s ORDER BY s.id
-"""
 
 
 def export_list(conn: psycopg.Connection[dict[str, Any]], list_name: str, out: TextIO) -> int:
@@ -32,7 +28,7 @@ def export_list(conn: psycopg.Connection[dict[str, Any]], list_name: str, out: T
     n = 0
     with conn.transaction(), conn.cursor(name="senddock_export") as cur:
         cur.itersize = 5000
-        cur.execute(MEMBERS, (list_id,))
+        cur.execute(QUERIES["members"], {"list": list_id})
         for r in cur:
             attrs = json.dumps(r["attributes"], ensure_ascii=False) if r["attributes"] else ""
             suppressed = "yes" if r["suppressed"] else ""

@@ -7,6 +7,10 @@ from typing import Any
 
 import psycopg
 
+from senddock.db import sql
+
+QUERIES = sql.load(__package__, "lists.sql")
+
 
 class UnknownList(LookupError):
     """No list by that name."""
@@ -14,31 +18,17 @@ class UnknownList(LookupError):
 
 def ensure_list(conn: psycopg.Connection[dict[str, Any]], name: str) -> int:
     """The id of list `name`, created if it does not exist yet."""
-    row = conn.execute(
-        "INSERT INTO lists (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"
-        " RETURNING id",
-        (name,),
-    ).fetchone()
+    row = conn.execute(QUERIES["ensure_list"], {"name": name}).fetchone()
     assert row is not None
     return int(row["id"])
 
 
 def find_list(conn: psycopg.Connection[dict[str, Any]], name: str) -> int:
     """The id of list `name`; UnknownList if there is none."""
-    row = conn.execute("SELECT id FROM lists WHERE name = %s", (name,)).fetchone()
+    row = conn.execute(QUERIES["find_list"], {"name": name}).fetchone()
     if row is None:
         raise UnknownList(f"no list named {name!r}")
     return int(row["id"])
-
-
-LISTS = """
-SELECT l.id, l.name, l.double_opt_in, l.from_addr,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed
-FROM lists l LEFT JOIN list_memberships m ON m.list_id = l.id
-GROUP BY l.id ORDER BY l.name
-"""
 
 
 class ListError(ValueError):
@@ -66,9 +56,8 @@ def configure(
         with conn.transaction():
             list_id = ensure_list(conn, name)
             conn.execute(
-                "UPDATE lists SET double_opt_in = coalesce(%s, double_opt_in),"
-                " from_addr = coalesce(%s, from_addr) WHERE id = %s",
-                (double_opt_in, from_addr, list_id),
+                QUERIES["set_options"],
+                {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
             )
     except psycopg.errors.CheckViolation as exc:
         raise ListError(f"list {name!r}: double opt-in needs --from (who asks to confirm)") from exc
@@ -77,4 +66,4 @@ def configure(
 
 def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every list with its options and member counts by status."""
-    return conn.execute(LISTS).fetchall()
+    return conn.execute(QUERIES["all_lists"]).fetchall()

@@ -18,47 +18,11 @@ import psycopg
 
 from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
+from senddock.db import sql
 
 REASONS = ("bounce", "unsubscribe", "complaint", "manual")
 
-SUPPRESS = """
-INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
-VALUES (%(email)s, %(reason)s, %(broadcast)s, %(detail)s)
-ON CONFLICT ((lower(email))) DO NOTHING
-"""
-# Removing a suppression makes the address sendable again: a bounce tag goes too.
-UNSUPPRESS = "DELETE FROM suppressions WHERE lower(email) = lower(%(email)s)"
-UNTAG_BOUNCED = """
-UPDATE subscribers SET status = 'active', updated_at = now()
-WHERE lower(email) = lower(%(email)s) AND status = 'bounced'
-"""
-LIST = """
-SELECT email, reason, created_at, source_broadcast_id, coalesce(detail, '') AS detail
-FROM suppressions WHERE (%(reason)s::text IS NULL OR reason = %(reason)s) ORDER BY lower(email)
-"""
-
-# One-click unsubscribe: suppress the address and leave every list the campaign went to.
-# One transaction, idempotent: a second click changes nothing.
-UNSUBSCRIBE_SUPPRESS = """
-INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
-SELECT s.email, 'unsubscribe', c.broadcast_id, %(detail)s
-FROM subscribers s LEFT JOIN campaigns c ON c.id = %(campaign)s
-WHERE s.id = %(subscriber)s
-ON CONFLICT ((lower(email))) DO NOTHING
-"""
-UNSUBSCRIBE_MEMBERSHIPS = """
-UPDATE list_memberships m SET status = 'unsubscribed', updated_at = now()
-FROM campaigns c
-WHERE c.id = %(campaign)s AND m.list_id = c.list_id AND m.subscriber_id = %(subscriber)s
-  AND m.status <> 'unsubscribed'
-"""
-WHO = """
-SELECT s.email, l.name AS list_name,
-       EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email)) AS suppressed
-FROM subscribers s LEFT JOIN campaigns c ON c.id = %(campaign)s
-LEFT JOIN lists l ON l.id = c.list_id
-WHERE s.id = %(subscriber)s
-"""
+QUERIES = sql.load(__package__, "suppressions.sql")
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -80,27 +44,25 @@ def add(conn: Conn, address: str, reason: str = "manual", detail: str | None = N
         raise UnknownReason(f"reason must be one of {', '.join(REASONS)}, got {reason!r}")
     email = normalize(address)
     params = {"email": email, "reason": reason, "broadcast": None, "detail": detail}
-    return conn.execute(SUPPRESS, params).rowcount == 1
+    return conn.execute(QUERIES["suppress"], params).rowcount == 1
 
 
 def remove(conn: Conn, address: str) -> bool:
     """Make `address` sendable again; False if it was not suppressed."""
     with conn.transaction():
-        gone = conn.execute(UNSUPPRESS, {"email": address.strip()}).rowcount
+        gone = conn.execute(QUERIES["unsuppress"], {"email": address.strip()}).rowcount
         if gone:
-            conn.execute(UNTAG_BOUNCED, {"email": address.strip()})
+            conn.execute(QUERIES["untag_bounced"], {"email": address.strip()})
     return gone > 0
 
 
 def rows(conn: Conn, reason: str | None = None) -> list[dict[str, Any]]:
     """Every suppressed address, alphabetically, optionally of one reason."""
-    return conn.execute(LIST, {"reason": reason}).fetchall()
+    return conn.execute(QUERIES["list"], {"reason": reason}).fetchall()
 
 
 def is_suppressed(conn: Conn, address: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM suppressions WHERE lower(email) = lower(%s)", (address.strip(),)
-    ).fetchone()
+    row = conn.execute(QUERIES["is_suppressed"], {"email": address.strip()}).fetchone()
     return row is not None
 
 
@@ -143,7 +105,7 @@ def import_csv(conn: Conn, path: Path, reason: str = "manual") -> SuppressionImp
                 report.rejected.append((line, f"unknown reason {why!r}"))
                 continue
             params = {"email": email, "reason": why, "broadcast": None, "detail": "import"}
-            if conn.execute(SUPPRESS, params).rowcount:
+            if conn.execute(QUERIES["suppress"], params).rowcount:
                 report.added += 1
             else:
                 report.already += 1
@@ -157,19 +119,18 @@ def unsubscribe(conn: Conn, subscriber_id: int, campaign_id: int, detail: str) -
     """
     params = {"subscriber": subscriber_id, "campaign": campaign_id, "detail": detail}
     with conn.transaction():
-        found = conn.execute(
-            "SELECT 1 FROM subscribers WHERE id = %(subscriber)s FOR UPDATE", params
-        ).fetchone()
+        found = conn.execute(QUERIES["lock_subscriber"], params).fetchone()
         if found is None:
             return False
-        conn.execute(UNSUBSCRIBE_SUPPRESS, params)
-        conn.execute(UNSUBSCRIBE_MEMBERSHIPS, params)
+        conn.execute(QUERIES["unsubscribe_suppress"], params)
+        conn.execute(QUERIES["unsubscribe_memberships"], params)
     return True
 
 
 def who(conn: Conn, subscriber_id: int, campaign_id: int) -> dict[str, Any] | None:
     """The address and list a link is about, and whether it is suppressed already."""
-    return conn.execute(WHO, {"subscriber": subscriber_id, "campaign": campaign_id}).fetchone()
+    params = {"subscriber": subscriber_id, "campaign": campaign_id}
+    return conn.execute(QUERIES["who"], params).fetchone()
 
 
 def csv_text(rows_: list[tuple[str, str]]) -> str:

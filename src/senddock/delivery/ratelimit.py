@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from senddock.config import SmtpTarget
+from senddock.db import sql
 from senddock.delivery.link import Link, Stopped
 from senddock.queue import AsyncConn
 
@@ -35,53 +36,7 @@ MAX_BATCH = 50
 # A permit waited for longer than this: the SMTP session may have gone stale meanwhile.
 LONG_WAIT = 5.0
 
-
-# Target 6: one statement takes min(asked, left in every window) of a server's permits and
-# counts them in its three windows at once. The row is locked first (FOR UPDATE re-reads the
-# newest version after waiting), so concurrent processes can never be granted more than a
-# window's limit between them. A window that has ended counts from 0; one never moves back (a
-# statement that waited while a later one moved it on counts in the newer window). Windows
-# follow the database clock, in UTC so every session agrees whatever its TimeZone; the seconds
-# each has left come back with the grant.
-ACQUIRE = """
-WITH now_ AS (
-    SELECT date_trunc('second', now(), 'UTC') AS s, date_trunc('minute', now(), 'UTC') AS m,
-           date_trunc('hour', now(), 'UTC') AS h
-), cur AS (
-    SELECT r.server,
-           GREATEST(r.second_start, n.s) AS s_start,
-           CASE WHEN r.second_start >= n.s THEN r.second_used ELSE 0 END AS s_used,
-           GREATEST(r.minute_start, n.m) AS m_start,
-           CASE WHEN r.minute_start >= n.m THEN r.minute_used ELSE 0 END AS m_used,
-           GREATEST(r.hour_start, n.h) AS h_start,
-           CASE WHEN r.hour_start >= n.h THEN r.hour_used ELSE 0 END AS h_used
-    FROM smtp_rate_windows r, now_ n
-    WHERE r.server = %(server)s
-    FOR UPDATE OF r
-), g AS (
-    SELECT cur.*, GREATEST(0, LEAST(%(asked)s, %(second)s - s_used, %(minute)s - m_used,
-                                    %(hour)s - h_used)) AS granted
-    FROM cur
-)
-UPDATE smtp_rate_windows w
-SET second_start = g.s_start, second_used = g.s_used + g.granted,
-    minute_start = g.m_start, minute_used = g.m_used + g.granted,
-    hour_start   = g.h_start, hour_used   = g.h_used + g.granted
-FROM g
-WHERE w.server = g.server
-RETURNING g.granted, w.second_used, w.minute_used, w.hour_used,
-          extract(epoch FROM w.second_start + interval '1 second' - now())::float8 AS second_ends,
-          extract(epoch FROM w.minute_start + interval '1 minute' - now())::float8 AS minute_ends,
-          extract(epoch FROM w.hour_start + interval '1 hour' - now())::float8 AS hour_ends
-"""
-
-# A server's row, made the first time any process asks for its permits.
-ENSURE = """
-INSERT INTO smtp_rate_windows
-    (server, second_start, second_used, minute_start, minute_used, hour_start, hour_used)
-VALUES (%(server)s, '-infinity', 0, '-infinity', 0, '-infinity', 0)
-ON CONFLICT (server) DO NOTHING
-"""
+QUERIES = sql.load(__package__, "ratelimit.sql")
 
 
 @dataclass(frozen=True)
@@ -100,7 +55,7 @@ UNMETERED = Permit(0, float("inf"))
 
 @dataclass(frozen=True)
 class Grant:
-    """What one ACQUIRE gave: the permits, and per window what is left and for how long."""
+    """What one acquire gave: the permits, and per window what is left and for how long."""
 
     granted: int
     left: dict[str, int]
@@ -125,13 +80,13 @@ async def acquire(conn: AsyncConn, target: SmtpTarget, asked: int) -> Grant:
     limits = limits_of(target)
     params: dict[str, Any] = {"server": target.name, "asked": asked}
     params.update({k: UNLIMITED if n is None else n for k, n in limits.items()})
-    cur = await conn.execute(ACQUIRE, params)
+    cur = await conn.execute(QUERIES["acquire"], params)
     row = await cur.fetchone()
     if row is None:  # the server's first use anywhere
-        await conn.execute(ENSURE, params)
-        cur = await conn.execute(ACQUIRE, params)
+        await conn.execute(QUERIES["ensure"], params)
+        cur = await conn.execute(QUERIES["acquire"], params)
         row = await cur.fetchone()
-        assert row is not None, "ENSURE made the row"
+        assert row is not None, "ensure made the row"
     left = {k: (UNLIMITED if n is None else n - int(row[f"{k}_used"])) for k, n in limits.items()}
     ends = {k: float(row[f"{k}_ends"]) for k, _ in WINDOWS}
     return Grant(int(row["granted"]), left, ends)

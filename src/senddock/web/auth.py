@@ -22,8 +22,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from senddock.audience.addresses import normalize
+from senddock.db import sql
 
 Conn = psycopg.Connection[dict[str, Any]]
+QUERIES = sql.load(__package__, "auth.sql")
 
 MIN_PASSWORD = 10
 SESSION_CSRF = "csrf"
@@ -71,9 +73,7 @@ def create_admin(conn: Conn, email: str, password: str) -> int:
     check_password(password)
     address = normalize(email)
     row = conn.execute(
-        "INSERT INTO admins (email, password_hash) VALUES (%s, %s)"
-        " ON CONFLICT ((lower(email))) DO NOTHING RETURNING id",
-        (address, hash_password(password)),
+        QUERIES["create_admin"], {"email": address, "password_hash": hash_password(password)}
     ).fetchone()
     if row is None:
         raise AuthError(f"an admin {address} already exists")
@@ -82,14 +82,12 @@ def create_admin(conn: Conn, email: str, password: str) -> int:
 
 def list_admins(conn: Conn) -> list[dict[str, Any]]:
     """Every dashboard admin: id, email, created_at (never the password hash)."""
-    return conn.execute("SELECT id, email, created_at FROM admins ORDER BY id").fetchall()
+    return conn.execute(QUERIES["list_admins"]).fetchall()
 
 
 def remove_admin(conn: Conn, email: str) -> bool:
     """Delete the admin with this email; False if there is none."""
-    row = conn.execute(
-        "DELETE FROM admins WHERE lower(email) = lower(%s) RETURNING id", (email.strip(),)
-    ).fetchone()
+    row = conn.execute(QUERIES["remove_admin"], {"email": email.strip()}).fetchone()
     return row is not None
 
 
@@ -107,20 +105,9 @@ def check_password(password: str) -> None:
 def set_password(conn: Conn, email: str, password: str) -> bool:
     """Give the admin with this email a new password; False if there is no such admin."""
     check_password(password)
-    row = conn.execute(SET_PASSWORD, (hash_password(password), email.strip())).fetchone()
+    params = {"password_hash": hash_password(password), "email": email.strip()}
+    row = conn.execute(QUERIES["set_password"], params).fetchone()
     return row is not None
-
-
-# A new password ends every session of the admin, in the same statement: whoever knew the
-# old one and signed in with it is out at their next request.
-SET_PASSWORD = """
-WITH changed AS (
-    UPDATE admins SET password_hash = %s WHERE lower(email) = lower(%s) RETURNING id
-), ended AS (
-    DELETE FROM sessions s USING changed WHERE s.admin_id = changed.id
-)
-SELECT id FROM changed
-"""
 
 
 def login_address(email: str) -> str:
@@ -135,10 +122,7 @@ def login_address(email: str) -> str:
 def login_hash(conn: Conn, email: str) -> tuple[int | None, str]:
     """The id and password hash of the admin `email` signs in as; (None, a dummy hash) when
     there is none, so that checking a password takes the same time either way."""
-    row = conn.execute(
-        "SELECT id, email, password_hash FROM admins WHERE lower(email) = lower(%s)",
-        (email.strip(),),
-    ).fetchone()
+    row = conn.execute(QUERIES["login_hash"], {"email": email.strip()}).fetchone()
     # Only an admin whose address is the same login_address: the attempt was counted under it.
     if row is None or login_address(str(row["email"])) != login_address(email):
         return None, _DUMMY_HASH
@@ -161,8 +145,7 @@ def create_token(conn: Conn, name: str = "", expires_in: float | None = None) ->
     token = "sdk_" + secrets.token_urlsafe(32)
     life = timedelta(seconds=expires_in) if expires_in is not None else None
     conn.execute(
-        "INSERT INTO api_tokens (name, token_hash, expires_at) VALUES (%s, %s, now() + %s)",
-        (name, _token_hash(token), life),
+        QUERIES["create_token"], {"name": name, "token_hash": _token_hash(token), "life": life}
     )
     return token
 
@@ -170,15 +153,12 @@ def create_token(conn: Conn, name: str = "", expires_in: float | None = None) ->
 def list_tokens(conn: Conn) -> list[dict[str, Any]]:
     """Every API token: id, name, created_at, last_used_at, expires_at, expired (never the
     token or its hash)."""
-    return conn.execute(
-        "SELECT id, name, created_at, last_used_at, expires_at,"
-        " coalesce(expires_at <= now(), false) AS expired FROM api_tokens ORDER BY id"
-    ).fetchall()
+    return conn.execute(QUERIES["list_tokens"]).fetchall()
 
 
 def revoke_token(conn: Conn, token_id: int) -> bool:
     """Delete the token with this id (requests bearing it fail at once); False if none."""
-    row = conn.execute("DELETE FROM api_tokens WHERE id = %s RETURNING id", (token_id,)).fetchone()
+    row = conn.execute(QUERIES["revoke_token"], {"token": token_id}).fetchone()
     return row is not None
 
 
@@ -186,11 +166,7 @@ def token_ok(conn: Conn, token: str) -> bool:
     """Whether `token` is a stored API token (and note when it was last used)."""
     if not token or len(token) > 200:
         return False
-    row = conn.execute(
-        "UPDATE api_tokens SET last_used_at = now() WHERE token_hash = %s"
-        " AND (expires_at IS NULL OR expires_at > now()) RETURNING id",
-        (_token_hash(token),),
-    ).fetchone()
+    row = conn.execute(QUERIES["token_ok"], {"token_hash": _token_hash(token)}).fetchone()
     return row is not None
 
 

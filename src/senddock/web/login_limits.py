@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from senddock.db import sql
 from senddock.web.auth import login_address
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -53,28 +54,7 @@ ADDRESS_LIMIT = 50
 CHECK_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) // 2))
 CHECKS_WAITING = 16
 
-# Count one attempt for a key, restarting its window when the last one is over; the new
-# count. One statement, so two requests never both read the count before either adds to it.
-RESERVE = """
-INSERT INTO login_attempts AS a (key, window_start, attempts) VALUES (%(key)s, now(), 1)
-ON CONFLICT (key) DO UPDATE SET
-    window_start = CASE WHEN a.window_start > now() - %(window)s
-                        THEN a.window_start ELSE now() END,
-    attempts = CASE WHEN a.window_start > now() - %(window)s
-                    THEN least(a.attempts + 1, 1000000) ELSE 1 END
-RETURNING attempts
-"""
-GIVE_BACK = "UPDATE login_attempts SET attempts = greatest(attempts - 1, 0) WHERE key = ANY(%s)"
-# Keys whose window is over, a few at a time (every attempt adds at most 3 keys). A locking
-# CTE with a literal LIMIT: `WHERE key IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may
-# delete more than n rows (DESIGN.md, invariant 2).
-SWEEP = """
-WITH old AS (
-    SELECT key FROM login_attempts WHERE window_start <= now() - %s
-    ORDER BY window_start LIMIT 20 FOR UPDATE SKIP LOCKED
-)
-DELETE FROM login_attempts a USING old WHERE a.key = old.key
-"""
+QUERIES = sql.load(__package__, "login_limits.sql")
 
 
 def client_key(host: str | None) -> str:
@@ -116,24 +96,25 @@ def reserve(conn: Conn, email: str, host: str | None) -> Attempt:
     wanted = keys(email, host)
     counted: list[str] = []
     for key, limit in wanted:
-        row = conn.execute(RESERVE, {"key": key, "window": window}).fetchone()
+        row = conn.execute(QUERIES["reserve"], {"key": key, "window": window}).fetchone()
         assert row is not None
         counted.append(key)
         if int(row["attempts"]) > limit:
             return Attempt(False, wanted[0][0], tuple(counted))
-    conn.execute(SWEEP, (window,))
+    conn.execute(QUERIES["sweep"], {"window": window})
     return Attempt(True, wanted[0][0], tuple(counted))
 
 
 def give_back(conn: Conn, attempt: Attempt) -> None:
     """Uncount an attempt whose password was never checked (the checker was busy)."""
-    conn.execute(GIVE_BACK, (list(attempt.counted),))
+    conn.execute(QUERIES["give_back"], {"keys": list(attempt.counted)})
 
 
 def succeeded(conn: Conn, attempt: Attempt) -> None:
     """A successful sign-in: its pair starts afresh, and it counts nowhere else."""
-    conn.execute("DELETE FROM login_attempts WHERE key = %s", (attempt.pair,))
-    conn.execute(GIVE_BACK, ([k for k in attempt.counted if k != attempt.pair],))
+    conn.execute(QUERIES["clear_pair"], {"key": attempt.pair})
+    others = [k for k in attempt.counted if k != attempt.pair]
+    conn.execute(QUERIES["give_back"], {"keys": others})
 
 
 class Checker:

@@ -4,7 +4,7 @@ The signed cookie (Starlette SessionMiddleware) carries a random session id and 
 token; the `sessions` row, keyed by the id's SHA-256, says whose session it is. `SessionCheck`
 looks the id up on every request that carries one, so a deleted row ends the session at the
 next request, in every `serve` process: logout deletes it, a new password deletes all of that
-admin's (auth.SET_PASSWORD), removing the admin deletes them by cascade. A session also ends
+admin's (auth.sql, set_password), removing the admin deletes them by cascade. A session also ends
 `session_idle_timeout` after its last request and `session_lifetime` after sign-in, both
 judged on the database clock.
 
@@ -25,32 +25,28 @@ from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from senddock.db import sql
 from senddock.web.auth import SESSION_ADMIN, SESSION_ID
 
 Conn = psycopg.Connection[dict[str, Any]]
 Pool = ConnectionPool[psycopg.Connection[DictRow]]
 
-# The session, if it is still alive; using it keeps it alive (idle timeout).
-RESOLVE = """
-UPDATE sessions SET last_seen_at = now()
-WHERE id_hash = %s AND last_seen_at > now() - %s AND created_at > now() - %s
-RETURNING admin_id
-"""
-# Ended sessions are forgotten at each sign-in (there are few: one per sign-in).
-SWEEP = "DELETE FROM sessions WHERE last_seen_at <= now() - %s OR created_at <= now() - %s"
+QUERIES = sql.load(__package__, "sessions.sql")
 
 
 def _hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def _bounds(idle: float, lifetime: float) -> dict[str, timedelta]:
+    return {"idle": timedelta(seconds=idle), "lifetime": timedelta(seconds=lifetime)}
+
+
 def start(conn: Conn, admin_id: int, idle: float, lifetime: float) -> str:
     """A new session for `admin_id`: its id, for the cookie (only its hash is stored)."""
-    conn.execute(SWEEP, (timedelta(seconds=idle), timedelta(seconds=lifetime)))
+    conn.execute(QUERIES["sweep"], _bounds(idle, lifetime))
     session_id = secrets.token_urlsafe(32)
-    conn.execute(
-        "INSERT INTO sessions (id_hash, admin_id) VALUES (%s, %s)", (_hash(session_id), admin_id)
-    )
+    conn.execute(QUERIES["start"], {"id_hash": _hash(session_id), "admin": admin_id})
     return session_id
 
 
@@ -58,15 +54,14 @@ def resolve(conn: Conn, session_id: str, idle: float, lifetime: float) -> int | 
     """The admin of a live session; None when it ended, expired or never existed."""
     if len(session_id) > 100:
         return None
-    row = conn.execute(
-        RESOLVE, (_hash(session_id), timedelta(seconds=idle), timedelta(seconds=lifetime))
-    ).fetchone()
+    params = {"id_hash": _hash(session_id), **_bounds(idle, lifetime)}
+    row = conn.execute(QUERIES["resolve"], params).fetchone()
     return int(row["admin_id"]) if row else None
 
 
 def end(conn: Conn, session_id: str) -> None:
     """End one session (logout)."""
-    conn.execute("DELETE FROM sessions WHERE id_hash = %s", (_hash(session_id),))
+    conn.execute(QUERIES["end"], {"id_hash": _hash(session_id)})
 
 
 class SessionCheck:

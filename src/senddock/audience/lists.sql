@@ -1,0 +1,30 @@
+-- Lists by name and their options (audience/lists.py).
+
+-- name: ensure_list
+-- The id of a list, made if new. An upsert that always returns the row (DO UPDATE with the
+-- same name, not DO NOTHING, which returns nothing for an existing row), so two importers
+-- naming a new list at once both get its one id.
+INSERT INTO lists (name) VALUES (%(name)s)
+ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+RETURNING id;
+
+-- name: find_list
+-- The id of a list by its exact name; no row means no such list (UnknownList).
+SELECT id FROM lists WHERE name = %(name)s;
+
+-- name: set_options
+-- A list's double opt-in and From address, each left as it is when NULL. The table's CHECK
+-- refuses double opt-in without a From address (who asks to confirm), raised as ListError.
+UPDATE lists SET double_opt_in = coalesce(%(double_opt_in)s, double_opt_in),
+                 from_addr = coalesce(%(from_addr)s, from_addr)
+WHERE id = %(list)s;
+
+-- name: all_lists
+-- Every list with its options and its members counted by membership status in one pass
+-- (a LEFT JOIN, so an empty list shows with zero counts).
+SELECT l.id, l.name, l.double_opt_in, l.from_addr,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
+       count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed
+FROM lists l LEFT JOIN list_memberships m ON m.list_id = l.id
+GROUP BY l.id ORDER BY l.name;
