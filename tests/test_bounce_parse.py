@@ -1,0 +1,147 @@
+"""Reading returned messages: who failed, how, and what must never suppress anyone (issue 21).
+
+The messages are in tests/bounces/ (see its README); each is read by `senddock bounces parse`,
+the command other tools drive, so the JSON contract is tested with the rules.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from senddock.bounces.classify import classify
+from senddock.bounces.parse import MAX_BYTES, parse
+
+HERE = Path(__file__).parent / "bounces"
+KEYS = ["file", "recipient", "kind", "status", "reply", "diagnostic"]
+
+# file: (recipient, kind, status, reply)
+EXPECTED: dict[str, tuple[str | None, str, str | None, str | None]] = {
+    "postfix-unknown-user": ("ada@example.com", "hard", "5.1.1", "550"),
+    "gmail-no-such-account": ("bob.nobody@gmail.example", "hard", "5.1.1", "550"),
+    "exchange-not-found": ("carol@contoso.example", "hard", "5.1.10", "550"),
+    "null-mx": ("dan@nomail.example", "hard", "5.1.10", "556"),
+    "exim-text": ("max@exim.example", "hard", "5.1.1", "550"),
+    "qmail-text": ("nia@qmail.example", "hard", "5.1.1", None),
+    "yahoo-text": ("oli@yahoo.example", "hard", None, "554"),
+    "mailbox-full": ("erin@example.net", "soft", "5.2.2", "552"),
+    "expired": ("lee@example.com", "soft", "4.4.7", None),
+    # About us, not the recipient: nobody may be suppressed for these.
+    "gmail-dmarc": ("fay@gmail.example", "policy", "5.7.26", "550"),
+    "spamhaus-block": ("gus@example.com", "policy", "5.7.1", "554"),
+    "relay-denied": ("hal@elsewhere.example", "policy", "5.7.1", "554"),
+    # Status 5.0.0, but the remote's own 5.7.1 and words say it is the content.
+    "generic-status-policy-text": ("ivy@example.com", "policy", "5.7.1", "550"),
+    "arf-abuse": ("quinn@example.com", "complaint", None, None),
+    "arf-abuse-redacted": ("rae@example.com", "complaint", None, None),
+    # Not bounces at all.
+    "delayed": (None, "none", None, None),
+    "delivered": (None, "none", None, None),
+    "out-of-office": (None, "none", None, None),
+    "arf-not-spam": (None, "none", None, None),
+    "dsn-no-recipient": (None, "none", None, None),
+    "broken-mime": (None, "none", None, None),
+}
+
+
+def parse_files(*files: Path | str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "senddock", "bounces", "parse", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_every_message_in_the_corpus_is_read_as_expected_through_the_command() -> None:
+    files = sorted(HERE.glob("*.eml"))
+    assert {f.stem for f in files} == set(EXPECTED)
+    done = parse_files(*files)
+    assert done.returncode == 0, done.stderr
+    got: dict[str, list[tuple[str | None, str, str | None, str | None]]] = {}
+    for line in done.stdout.splitlines():
+        record = json.loads(line)
+        assert list(record) == KEYS, record
+        stem = Path(record["file"]).stem
+        got.setdefault(stem, []).append(
+            (record["recipient"], record["kind"], record["status"], record["reply"])
+        )
+        if record["kind"] == "none":
+            assert record["diagnostic"], record  # why there is nothing in it
+    assert got == {stem: [want] for stem, want in EXPECTED.items()}
+
+
+def test_a_returned_original_names_our_message_id() -> None:
+    report = parse((HERE / "postfix-unknown-user.eml").read_bytes())
+    assert report.findings[0].message_id == "<b42.s7.abc@senddock.example.org>"
+    assert parse((HERE / "arf-abuse.eml").read_bytes()).message_id == (
+        "<b42.s9.abe@senddock.example.org>"
+    )
+
+
+def test_a_message_too_big_to_read_is_not_a_bounce_and_says_why(tmp_path: Path) -> None:
+    big = tmp_path / "big.eml"
+    head = (HERE / "postfix-unknown-user.eml").read_bytes()
+    with big.open("wb") as f:
+        f.write(head)
+        f.write(b"x" * (50 * 1024 * 1024))
+    done = parse_files(big)
+    assert done.returncode == 0, done.stderr
+    [record] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (record["recipient"], record["kind"]) == (None, "none")
+    assert f"larger than {MAX_BYTES // (1024 * 1024)} MB" in record["diagnostic"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xff\xfe\x00garbage\r\n\r\n\x00",
+        b"Content-Type: multipart/report; boundary=x\r\n\r\n--x\r\n" * 2000,
+        b"Content-Type: message/delivery-status\r\n\r\nFinal-Recipient: ;;;\r\nAction: failed\r\n",
+        b"Subject: =?utf-8?b?not base64?=\r\nContent-Type: text/plain; charset=nonesuch\r\n\r\n"
+        b"\xe9\xe8 user unknown",
+    ],
+)
+def test_odd_bytes_never_raise(raw: bytes) -> None:
+    report = parse(raw)
+    for finding in report.findings:
+        assert finding.kind in ("hard", "soft", "policy", "complaint")
+    assert report.findings or report.why_none
+
+
+def test_a_missing_file_is_a_one_line_error() -> None:
+    done = parse_files("/nonexistent/bounce.eml")
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "does not exist" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "reply", "diagnostic", "kind"),
+    [
+        ("5.1.1", "550", "user unknown", "hard"),
+        ("5.2.1", "550", "mailbox disabled", "hard"),
+        ("5.4.4", None, "unable to route", "hard"),
+        ("5.2.2", "552", "mailbox full", "soft"),
+        ("4.2.2", "452", "over quota", "soft"),
+        (None, "550", "quota exceeded", "soft"),
+        ("5.7.1", "550", "user unknown", "policy"),  # x.7.x is about us, whatever the words
+        ("5.1.1", "550", "user unknown, see our policy page", "hard"),
+        (None, "550", "Message rejected as spam", "policy"),
+        (None, "554", "blocked using b.barracudacentral.org", "policy"),
+        ("5.3.4", "552", "message size exceeds fixed limit", "policy"),
+        (None, None, "no such user here", "hard"),
+        (None, "450", "greylisted, come back later", "soft"),
+        (None, None, None, "hard"),
+    ],
+)
+def test_classification_rules(
+    status: str | None, reply: str | None, diagnostic: str | None, kind: str
+) -> None:
+    assert classify(status, reply, diagnostic) == kind
