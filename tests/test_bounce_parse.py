@@ -7,14 +7,21 @@ the command other tools drive, so the JSON contract is tested with the rules.
 from __future__ import annotations
 
 import json
+import smtplib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope
 
+import postfix_relay
 from senddock.bounces.classify import classify
 from senddock.bounces.parse import MAX_BYTES, parse
+from support import wait_until
+from web_support import free_port
 
 HERE = Path(__file__).parent / "bounces"
 KEYS = ["file", "recipient", "kind", "status", "reply", "diagnostic"]
@@ -145,3 +152,68 @@ def test_classification_rules(
     status: str | None, reply: str | None, diagnostic: str | None, kind: str
 ) -> None:
     assert classify(status, reply, diagnostic) == kind
+
+
+class _RemoteMx:
+    """The remote MX behind the relay: refuses dead*, defers later*, accepts the rest."""
+
+    async def handle_RCPT(
+        self, server: object, session: object, envelope: Envelope, address: str, options: object
+    ) -> str:
+        if address.startswith("dead"):
+            return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
+        if address.startswith("later"):
+            return "451 4.3.0 mailbox busy, try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: object, session: object, envelope: Envelope) -> str:
+        return "250 2.0.0 queued"
+
+
+class _Returned:
+    """The bounce domain's MX: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, list[str], bytes]] = []
+
+    async def handle_DATA(self, server: object, session: object, envelope: Envelope) -> str:
+        content = envelope.content
+        assert isinstance(content, bytes)
+        self.messages.append((str(envelope.mail_from), list(envelope.rcpt_tos), content))
+        return "250 2.0.0 kept"
+
+
+@pytest.mark.skipif(postfix_relay.available() is not None, reason=str(postfix_relay.available()))
+def test_a_real_postfix_relay_returns_a_dsn_naming_exactly_the_refused_recipients() -> None:
+    returned = _Returned()
+    remote = Controller(_RemoteMx(), hostname="127.0.0.1", port=free_port())
+    bounces = Controller(returned, hostname="127.0.0.1", port=free_port())
+    remote.start()
+    bounces.start()
+    sender = f"b+tok1@{postfix_relay.BOUNCE_DOMAIN}"
+    recipients = ["dead1@remote.example", "ok@remote.example", "later@remote.example"]
+    recipients += ["dead2@remote.example", "zoë@remote.example"]
+    try:
+        with postfix_relay.private_postfix(free_port(), remote.port, bounces.port) as relay:
+            body = (
+                "From: News <news@example.org>\r\nTo: you\r\nSubject: Spring\r\n"
+                "Message-ID: <b7.s1.x@senddock.example.org>\r\n\r\nHello\r\n"
+            )
+            with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as smtp:
+                refused = smtp.sendmail(sender, recipients, body.encode(), ["SMTPUTF8"])
+            assert refused == {}  # the relay takes everyone with 250, as real ones do
+            assert wait_until(lambda: bool(returned.messages), timeout=30), relay.log()
+            time.sleep(1)  # a second DSN would be a bug: give it the time to show
+    finally:
+        remote.stop()
+        bounces.stop()
+    [(mail_from, rcpt_tos, raw)] = returned.messages
+    assert (mail_from, rcpt_tos) == ("<>", [sender])
+    report = parse(raw)
+    got = sorted((f.recipient, f.kind, f.status, f.reply) for f in report.findings)
+    assert got == [
+        ("dead1@remote.example", "hard", "5.1.1", "550"),
+        ("dead2@remote.example", "hard", "5.1.1", "550"),
+    ]
+    assert report.message_id == "<b7.s1.x@senddock.example.org>"

@@ -105,10 +105,24 @@ def _recipient(block: Message) -> str | None:
 def _blocks(part: Message) -> list[Message]:
     """The header blocks of a delivery-status or feedback-report part."""
     payload = part.get_payload()
-    if isinstance(payload, list):
-        return [p for p in payload if isinstance(p, Message)]
-    raw = part.get_payload(decode=True)
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload)
+    if not isinstance(payload, list):
+        raw = part.get_payload(decode=True)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload)
+        return _split_blocks(text)
+    blocks = []
+    for block in payload:
+        if not isinstance(block, Message):
+            continue
+        blocks.append(block)
+        # message/global-delivery-status (RFC 6533, what Postfix sends for an SMTPUTF8
+        # message) is parsed as one message: its first block's headers, the rest as a body.
+        rest = block.get_payload()
+        if isinstance(rest, str) and rest.strip():
+            blocks.extend(_split_blocks(rest))
+    return blocks
+
+
+def _split_blocks(text: str) -> list[Message]:
     parser = email.parser.HeaderParser()
     return [parser.parsestr(b.strip() + "\n") for b in re.split(r"\r?\n\s*\r?\n", text) if b]
 
