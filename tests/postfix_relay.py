@@ -39,7 +39,7 @@ myhostname = relay.senddock.test
 mydestination =
 mynetworks = 127.0.0.0/8
 relayhost = [127.0.0.1]:{remote_port}
-transport_maps = inline:{{ {bounce_domain}=smtp:[127.0.0.1]:{bounce_port} }}
+transport_maps = inline:{{ {bounce_domain}={bounce_transport} }}
 smtpd_relay_restrictions = permit_mynetworks, reject
 alias_maps =
 alias_database =
@@ -93,9 +93,12 @@ def _postfix(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def private_postfix(port: int, remote_port: int, bounce_port: int) -> Iterator[Relay]:
+def private_postfix(
+    port: int, remote_port: int, bounce_port: int, *, lmtp: bool = False
+) -> Iterator[Relay]:
     """Start Postfix with its configuration and queue in a directory of its own; stopped and
-    removed on exit. (Not under pytest's tmp_path: the `postfix` user must reach the queue.)"""
+    removed on exit. (Not under pytest's tmp_path: the `postfix` user must reach the queue.)
+    Its DSNs go to 127.0.0.1:`bounce_port` by SMTP, or by LMTP (a Dovecot mailbox)."""
     root = Path(tempfile.mkdtemp(prefix="senddock-postfix-"))
     root.chmod(0o755)
     for sub in ("etc", "queue", "data"):
@@ -105,7 +108,9 @@ def private_postfix(port: int, remote_port: int, bounce_port: int) -> Iterator[R
         MAIN_CF.format(
             root=root,
             remote_port=remote_port,
-            bounce_port=bounce_port,
+            bounce_transport=(
+                f"lmtp:inet:127.0.0.1:{bounce_port}" if lmtp else f"smtp:[127.0.0.1]:{bounce_port}"
+            ),
             bounce_domain=BOUNCE_DOMAIN,
         )
     )
