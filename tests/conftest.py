@@ -21,7 +21,8 @@ from support import Conn
 
 TABLES = (
     "broadcast_jobs, broadcasts, campaigns, list_memberships, lists, subscribers, suppressions,"
-    " workers, api_tokens, admins, import_jobs, worker_deaths, sessions, login_attempts"
+    " workers, api_tokens, admins, import_jobs, worker_deaths, sessions, login_attempts,"
+    " bounce_messages, bounce_findings"
 )
 
 
