@@ -105,7 +105,7 @@ def test_a_message_left_in_the_box_after_its_commit_is_not_applied_twice(
     with imaplib.IMAP4("127.0.0.1", box.imap) as imap:  # the poller died before it deleted
         imap.login(box.user, box.password)
         imap.select("INBOX")
-        _, data = imap.fetch(b"1", "(BODY.PEEK[])")
+        _, data = imap.fetch("1", "(BODY.PEEK[])")
         part = data[0]
         assert isinstance(part, tuple)
         imap.append("INBOX", None, None, part[1])

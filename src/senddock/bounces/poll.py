@@ -21,10 +21,10 @@ import poplib
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from imapclient import IMAPClient
+from imapclient import IMAPClient  # type: ignore[import-untyped]
 
 from senddock.bounces.parse import MAX_BYTES
 from senddock.bounces.store import Received
@@ -146,7 +146,8 @@ def _pop3(box: Mailbox, store: Store, done: Pass, limit: int) -> None:
         pop.pass_(box.password)
         count, _ = pop.stat()
         for number in range(1, min(count, limit) + 1):
-            size = int(pop.list(number).split()[2])
+            answer = cast(bytes, pop.list(number))  # b"+OK n size" for one message
+            size = int(answer.split()[2])
             if size > MAX_BYTES:
                 # Read no more than the headers: kept as too large (the marker says so).
                 head = b"\r\n".join(pop.top(number, 0)[1])
