@@ -1208,6 +1208,30 @@ def admin_password_cmd(email: str) -> None:
     click.echo(f"password of admin {email.strip()} changed; its sessions are ended")
 
 
+@cli.group("bounces")
+def bounces_group() -> None:
+    """Bounces and complaints that come back after the relay's 250."""
+
+
+@bounces_group.command("parse")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+def bounces_parse(files: tuple[str, ...]) -> None:
+    """Print what each returned message says, one JSON object per recipient found.
+
+    Keys: file, recipient (as found), kind (hard, soft, policy, complaint, or none for a file
+    with no bounce in it), status (5.1.1), reply (550), diagnostic. Reads files only.
+    """
+    from senddock.bounces.parse import parse, read_capped, records
+
+    for file in files:
+        try:
+            raw = read_capped(file)
+        except OSError as exc:
+            raise Fail(f"cannot read {file}: {exc.strerror}") from exc
+        for record in records(file, parse(raw)):
+            click.echo(json.dumps(record, ensure_ascii=False))
+
+
 def main() -> None:
     try:
         cli.main(prog_name="senddock", standalone_mode=False)

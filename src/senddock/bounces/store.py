@@ -1,0 +1,137 @@
+"""Keep what comes back, once, and read it: which job each finding is about, or nobody.
+
+`receive` stores a message's bytes under their digest and reads it in the same transaction;
+a caller (the listener, the poller, the pipe) acknowledges the message only after that
+transaction commits, so a crash before loses nothing (the sender keeps it) and one after
+re-delivers a message whose digest is known (nothing changes).
+
+A finding is matched to a job by the VERP address it came to (signed: a forged one names
+nobody), else by our Message-ID in the returned original when that job still has it. What
+matches nothing is kept, unmatched, and suppresses nobody.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from senddock.bounces.parse import Finding, Report, parse
+from senddock.bounces.verp import ReturnPath, message_id_names
+from senddock.db import sql
+
+QUERIES = sql.load(__package__, "store.sql")
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Received:
+    """What became of one message: its row, and whether it was new."""
+
+    id: int
+    new: bool
+    state: str
+    findings: int = 0
+    matched: int = 0
+
+
+@dataclass(frozen=True)
+class Match:
+    """The job a finding is about."""
+
+    broadcast_id: int
+    subscriber_id: int
+
+
+def _match(
+    conn: Conn,
+    finding: Finding,
+    named: tuple[int, int] | None,
+    report: Report,
+) -> Match | None:
+    if named is not None:
+        return Match(*named)  # the return path is signed: it names this job
+    message_id = finding.message_id or report.message_id
+    pair = message_id_names(message_id) if message_id else None
+    if pair is None:
+        return None
+    job = conn.execute(QUERIES["job_by_pair"], {"b": pair[0], "s": pair[1]}).fetchone()
+    if job is None or job["message_id"] != message_id:
+        return None  # a Message-ID we did not send (or whose job retention deleted)
+    return Match(*pair)
+
+
+def read(
+    conn: Conn,
+    message: int,
+    raw: bytes,
+    envelope_to: str | None,
+    return_path: ReturnPath | None,
+    key: bytes,
+) -> tuple[str, list[tuple[int, Finding, Match | None]]]:
+    """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
+    report = parse(raw)
+    if not report.findings:
+        unreadable = (report.why_none or "").startswith(("cannot be parsed", "larger than"))
+        state = "unparsable" if unreadable else "none"
+        conn.execute(QUERIES["mark"], {"id": message, "state": state, "why": report.why_none})
+        return state, []
+    named = None
+    if return_path is not None and envelope_to:
+        named = return_path.read(key, envelope_to)
+    recorded = []
+    for finding in report.findings:
+        match = _match(conn, finding, named, report)
+        row = conn.execute(
+            QUERIES["finding"],
+            {
+                "message": message,
+                "recipient": finding.recipient,
+                "kind": finding.kind,
+                "status": finding.status,
+                "reply": finding.reply,
+                "diagnostic": finding.diagnostic,
+                "b": match.broadcast_id if match else None,
+                "s": match.subscriber_id if match else None,
+            },
+        ).fetchone()
+        assert row is not None
+        recorded.append((int(row["id"]), finding, match))
+    why = None if any(m for _, _, m in recorded) else "matches no message of ours"
+    conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
+    return "read", recorded
+
+
+def receive(
+    conn: Conn,
+    source: str,
+    raw: bytes,
+    envelope_to: str | None,
+    return_path: ReturnPath | None,
+    key: bytes,
+) -> Received:
+    """Store and read one message in one transaction (see the module)."""
+    # The same bytes to two of our addresses are two bounces; to one address twice, one.
+    digest = hashlib.sha256((envelope_to or "").lower().encode() + b"\0" + raw).digest()
+    with conn.transaction():
+        row = conn.execute(
+            QUERIES["receive"],
+            {
+                "source": source,
+                "envelope_to": envelope_to,
+                "digest": digest,
+                "size": len(raw),
+                "raw": raw,
+            },
+        ).fetchone()
+        if row is None:
+            known = conn.execute(QUERIES["known"], {"digest": digest}).fetchone()
+            assert known is not None
+            return Received(int(known["id"]), False, str(known["state"]))
+        message = int(row["id"])
+        state, recorded = read(conn, message, raw, envelope_to, return_path, key)
+    matched = sum(1 for _, _, m in recorded if m is not None)
+    return Received(message, True, state, len(recorded), matched)

@@ -1,0 +1,33 @@
+-- Bounce messages and their findings (migration 0014). Effects on suppressions, jobs and
+-- counts are the queue layer's.
+
+-- name: receive
+-- Keep a returned message once: its digest is unique, so the same bounce delivered again
+-- (a relay that lost our 250, a poller restarted before it deleted) inserts nothing and
+-- returns no row; the caller then reports it as already recorded.
+INSERT INTO bounce_messages (source, envelope_to, digest, size, raw)
+VALUES (%(source)s, %(envelope_to)s, %(digest)s, %(size)s, %(raw)s)
+ON CONFLICT (digest) DO NOTHING
+RETURNING id
+
+-- name: known
+-- The message recorded before with this digest (a duplicate's answer names it).
+SELECT id, state FROM bounce_messages WHERE digest = %(digest)s
+
+-- name: mark
+-- What reading a message found: read (findings recorded), none, or unparsable, and why.
+UPDATE bounce_messages SET state = %(state)s, why = %(why)s WHERE id = %(id)s
+
+-- name: job_by_pair
+-- The job a verified VERP address names (by the broadcast's unique key), with its address
+-- and Message-ID; none after retention deleted it.
+SELECT id, email, message_id FROM broadcast_jobs
+WHERE broadcast_id = %(b)s AND subscriber_id = %(s)s
+
+-- name: finding
+-- One recipient's finding, matched to a job's broadcast and subscriber or to nobody.
+INSERT INTO bounce_findings (message_id, recipient, kind, status, reply, diagnostic,
+                             broadcast_id, subscriber_id)
+VALUES (%(message)s, %(recipient)s, %(kind)s, %(status)s, %(reply)s, %(diagnostic)s,
+        %(b)s, %(s)s)
+RETURNING id
