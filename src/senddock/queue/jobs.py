@@ -22,7 +22,7 @@ cancelled -> cancelled; nothing else writes it once a campaign has a broadcast)
     finished|cancelled past retention --expired, freeze--> same status, counts frozen, purged
 
 Job (a row of broadcast_jobs)
-    (none) --enqueue / enqueue_skipping (a chunk: take_enqueue .. add_total)--> pending
+    (none) --enqueue (a chunk: take_enqueue .. add_total)--> pending
     pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
                                     one suspect a process)
     pending|retry, address now suppressed --claim--> failed (suppressed), never sent
@@ -74,6 +74,9 @@ AsyncConn = AsyncConnection[dict[str, Any]]
 Conn = psycopg.Connection[dict[str, Any]]
 
 QUERIES = sql.load(__package__, "jobs.sql")
+# Invariant 7: the enqueue, skipping the jobs that exist already: the same statement, so the
+# two can never drift apart (only after the unique key refused a row of the plain insert).
+ENQUEUE_SKIPPING = QUERIES["enqueue"] + "\nON CONFLICT (broadcast_id, subscriber_id) DO NOTHING"
 
 # Enqueue, resume and retry-failed NOTIFY this channel; idle workers LISTEN on it instead of
 # polling hard. Pause and cancel send `stop:<broadcast id>` on it.
@@ -252,14 +255,14 @@ def enqueue_all(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) 
 
 
 def _insert_jobs(conn: Conn, params: dict[str, Any]) -> int:
-    """A chunk's jobs; how many were inserted (see enqueue_skipping)."""
+    """A chunk's jobs; how many were inserted (see ENQUEUE_SKIPPING)."""
     try:
         with conn.transaction():
             return conn.execute(QUERIES["enqueue"], params).rowcount
     except psycopg.errors.UniqueViolation:
         b, after, hi = params["b"], params["after"], params["hi"]
         log.warning("broadcast %s: some jobs for ids (%s, %s] exist already", b, after, hi)
-        return conn.execute(QUERIES["enqueue_skipping"], params).rowcount
+        return conn.execute(ENQUEUE_SKIPPING, params).rowcount
 
 
 _analyzed_at = 0.0

@@ -89,7 +89,8 @@ WHERE cl.campaign_id = %(c)s
 -- its row is locked while a chunk runs), so a job that exists already is never expected; the
 -- unique key still refuses one. Plain, the insert costs about a quarter less than with ON
 -- CONFLICT (speculative insertion writes a WAL record more a row): it goes plain, in a
--- savepoint, and only if the key refuses a row is the chunk inserted again as enqueue_skipping.
+-- savepoint, and only if the key refuses a row is the chunk inserted again with ON CONFLICT
+-- DO NOTHING (jobs.py ENQUEUE_SKIPPING: this statement, not a copy of it).
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
        '<sd.' || %(b)s::bigint || '.' || s.id || '.' || %(token)s::text || '@'
@@ -101,22 +102,6 @@ WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
                  AND m.subscriber_id > %(after)s AND m.subscriber_id <= %(hi)s
                  AND m.status = 'confirmed' AND m.created_at <= %(since)s)
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-
--- name: enqueue_skipping
--- Invariant 7: enqueue, skipping the jobs that exist already (only after the unique key
--- refused a row of the plain insert: see enqueue).
-INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
-SELECT %(b)s::bigint, s.id, s.email,
-       '<sd.' || %(b)s::bigint || '.' || s.id || '.' || %(token)s::text || '@'
-       || %(domain)s::text || '>'
-FROM subscribers s
-WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
-  AND s.id IN (SELECT m.subscriber_id FROM list_memberships m
-               WHERE m.list_id = ANY(%(lists)s::bigint[])
-                 AND m.subscriber_id > %(after)s AND m.subscriber_id <= %(hi)s
-                 AND m.status = 'confirmed' AND m.created_at <= %(since)s)
-  AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-ON CONFLICT (broadcast_id, subscriber_id) DO NOTHING
 
 -- name: advance_enqueue
 -- Invariant 7: the cursor moves in the chunk's transaction, with its jobs.
