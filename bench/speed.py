@@ -56,10 +56,10 @@ import relay_delay
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import compose, create_campaign
 from senddock.cli import DEFAULT_CONCURRENCY, default_processes
-from senddock.config import SmtpTarget
+from senddock.config import Settings, SmtpTarget
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
-from senddock.messages import CompiledMessage, LinkSettings, Recipient
+from senddock.messages import CompiledMessage, Recipient
 from senddock.smtp.session import SmtpSession
 from senddock.testing import Catcher
 
@@ -484,7 +484,7 @@ class Plain:
 
 def plain_inputs(conn: Conn, list_name: str, campaign_id: int) -> Plain:
     """The campaign compiled as the worker compiles it, and its recipients (not timed)."""
-    settings = LinkSettings()
+    settings = Settings()
     message, envelope_from = compose.campaign_message(conn, campaign_id, settings)
     rows = conn.execute(
         "SELECT s.id, s.email, s.name, s.attributes FROM subscribers s"

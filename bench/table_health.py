@@ -43,8 +43,8 @@ JOIN = "INSERT INTO list_memberships (list_id, subscriber_id) SELECT %(list)s, i
 # Past broadcasts, finished long ago, and their jobs: every one sent.
 PAST = """
 WITH c AS (
-    INSERT INTO campaigns (name, list_id, subject, from_addr, text_body, status)
-    SELECT 'past ' || g, %(list)s, 'S', 'bench@example.org', 'T', 'sent'
+    INSERT INTO campaigns (name, subject, from_addr, text_body, status)
+    SELECT 'past ' || g, 'S', 'bench@example.org', 'T', 'sent'
     FROM generate_series(1, %(k)s::int) g
     RETURNING id
 )

@@ -480,6 +480,22 @@ BAD_INPUT: list[tuple[str, str, dict[str, Any] | None, int, str | None]] = [
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "text_body": "{% if %}"}, 422, "text_body"),
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "from_addr": "a\r\nBcc: x@y.z"}, 422, None),
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "lists": ["nope"]}, 422, "lists"),
+    # Found by the trial render, and an address past the header check: each error names
+    # its field where it is raised (no guessing from the words of the message).
+    (
+        "POST",
+        "/api/v1/campaigns",
+        {**CAMPAIGN, "html_body": "<p>{{ 1 // 0 }}</p>"},
+        422,
+        "html_body",
+    ),
+    (
+        "POST",
+        "/api/v1/campaigns",
+        {**CAMPAIGN, "reply_to": "Desk <desk@exa_mple.org>"},
+        422,
+        "reply_to",
+    ),
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "lists": []}, 422, "lists"),
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "name": "a\nb"}, 422, "name"),
     ("POST", "/api/v1/campaigns", {**CAMPAIGN, "surprise": 1}, 422, "surprise"),

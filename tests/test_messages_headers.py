@@ -16,11 +16,11 @@ import pytest
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.compose import link_key
+from senddock.config import Settings
 from senddock.messages import (
     UNSUBSCRIBE,
     HeaderError,
     Links,
-    LinkSettings,
     Recipient,
     compile_message,
     sign,
@@ -159,7 +159,7 @@ def test_the_unsubscribe_link_names_its_subscriber_and_campaign_under_the_stored
         " JOIN campaigns c ON c.broadcast_id = j.broadcast_id"
     ).fetchone()
     assert job is not None
-    key = link_key(conn, LinkSettings())
+    key = link_key(conn, Settings())
     assert verify(key, UNSUBSCRIBE, token) == (job["sid"], job["cid"])
 
 
@@ -177,7 +177,7 @@ def test_secret_key_from_the_environment_overrides_the_stored_one(
     )
     token = https.rsplit("/", 1)[1]
     assert verify(b"a key the self-hoster chose", UNSUBSCRIBE, token) is not None
-    stored = link_key(conn, LinkSettings(secret_key=None))
+    stored = link_key(conn, Settings(secret_key=None))
     assert verify(stored, UNSUBSCRIBE, token) is None
     assert mailto.startswith("mailto:leave@example.org?")
 

@@ -10,7 +10,6 @@ import pytest
 
 from senddock.delivery.outcome import (
     SENDER_STAGES,
-    STAGES,
     Reply,
     Transition,
     Verdict,
@@ -18,6 +17,8 @@ from senddock.delivery.outcome import (
     transition,
 )
 
+# Every stage an SMTP attempt can fail at (delivery/smtp.py tags each Reply with one).
+STAGES = ("connect", "ehlo", "starttls", "auth", "mail", "rcpt", "data")
 BACKOFF = [30.0, 120.0, 480.0, 1800.0, 3600.0]  # the default schedule
 JOB_SENDER_FAULT_LIMIT = 5  # the default Settings.job_sender_fault_limit
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from senddock.campaigns import broadcast, status
+from senddock.campaigns import broadcast, create_campaign, status
 from senddock.testing import Catcher
 from support import (
     Conn,
@@ -191,6 +191,43 @@ def test_the_page_asks_before_unsubscribing_and_its_button_unsubscribes(
     ]
     code, page = http("GET", url)
     assert code == 200 and "no more messages" in page
+
+
+def test_a_two_list_campaigns_page_names_both_lists_and_leaves_both(
+    db_url: str, conn: Conn, catcher: Catcher, server: Server
+) -> None:
+    # Failed before migration 0011: the page read campaigns.list_id, the first list only, so it
+    # named "offers" alone, and the unsubscribe left Ada on "news".
+    seed_list(conn, "offers", ["ada@example.com"])
+    seed_list(conn, "news", ["ada@example.com", "grace@example.com"])
+    cid = create_campaign(
+        conn,
+        name="both",
+        list_name=["offers", "news"],
+        subject="Hello",
+        from_addr="News <news@example.org>",
+        text_body="Hi {{ subscriber.name }}.\n",
+    )
+    bid, total, _ = broadcast(conn, cid)
+    assert total == 2
+    send_and_drain(db_url, catcher, conn, bid, 2)
+    url = one_click_url(next(r for r in catcher.received() if r.rcpt == "ada@example.com").data)
+
+    code, page = http("GET", url)
+    assert code == 200, page
+    assert "Unsubscribe <b>ada@example.com</b> from <b>news</b> and <b>offers</b>?" in page
+
+    assert http("POST", url, b"")[0] == 200
+    left = conn.execute(
+        "SELECT l.name, m.status FROM list_memberships m JOIN lists l ON l.id = m.list_id"
+        " JOIN subscribers s ON s.id = m.subscriber_id WHERE s.email = 'ada@example.com'"
+        " ORDER BY l.name"
+    ).fetchall()
+    assert left == [
+        {"name": "news", "status": "unsubscribed"},
+        {"name": "offers", "status": "unsubscribed"},
+    ]
+    assert membership(conn, "grace@example.com") == "confirmed"
 
 
 def test_a_tampered_or_forged_link_is_refused_and_changes_nothing(

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from senddock.campaigns.compose import link_key
-from senddock.messages import UNSUBSCRIBE, LinkSettings, sign
+from senddock.config import Settings
+from senddock.messages import UNSUBSCRIBE, sign
 from support import Conn, seed_list, wait_until, worker_env
 from web_support import ServerFactory, make_admin, make_token, servers
 
@@ -52,7 +53,7 @@ def test_every_answer_carries_csp_nosniff_and_no_framing(
     token = make_token(db_url)
     sid = conn.execute("SELECT id FROM subscribers").fetchone()
     assert sid is not None
-    unsubscribe = "/unsubscribe/" + sign(link_key(conn, LinkSettings()), UNSUBSCRIBE, sid["id"], 1)
+    unsubscribe = "/unsubscribe/" + sign(link_key(conn, Settings()), UNSUBSCRIBE, sid["id"], 1)
     bearer = {"Authorization": f"Bearer {token}"}
     answers = [
         httpx.get(server.url + "/healthz"),

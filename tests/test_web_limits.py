@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from senddock.campaigns.compose import link_key
-from senddock.messages import UNSUBSCRIBE, LinkSettings, sign
+from senddock.config import Settings
+from senddock.messages import UNSUBSCRIBE, sign
 from support import Conn, seed_list, wait_until
 from web_support import Server, ServerFactory, make_admin, make_token, servers
 
@@ -147,7 +148,7 @@ def unsubscribe_path(conn: Conn) -> str:
     """A valid one-click unsubscribe path for the first subscriber (campaign 1)."""
     row = conn.execute("SELECT id FROM subscribers ORDER BY id LIMIT 1").fetchone()
     assert row is not None
-    key = link_key(conn, LinkSettings())
+    key = link_key(conn, Settings())
     return "/unsubscribe/" + sign(key, UNSUBSCRIBE, int(row["id"]), 1)
 
 

@@ -28,38 +28,21 @@ from senddock import audience, campaigns, config
 from senddock.audience import cells, optin, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
-from senddock.audience.addresses import InvalidAddress
 from senddock.audience.export import export_list
-from senddock.audience.importer import UnreadableFile
-from senddock.audience.lists import UnknownList
 from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
-from senddock.db.migrate import MigrationError
-from senddock.messages import HeaderError, LinkSettings, TemplateProblem
+from senddock.errors import SendDockError
 from senddock.words import plural
 
 log = logging.getLogger("senddock")
 
-EXPECTED = (
-    campaigns.CampaignError,
-    InvalidAddress,
-    UnknownList,
-    UnreadableFile,
-    MigrationError,
-    TemplateProblem,
-    HeaderError,
-    suppressions.UnknownReason,
-    compose.NoLinkKey,
-    subscribers_api.SubscriberError,
-    lists_api.ListError,
-)
-
 
 class Fail(click.ClickException):
-    """A one-line error for the person at the terminal."""
+    """A one-line error about the command line itself (what the services below refuse is a
+    SendDockError, raised where it happens: main() prints both the same way)."""
 
     def format_message(self) -> str:
         return " ".join(self.message.split())
@@ -80,7 +63,10 @@ def default_processes(asked: int | None) -> int:
     return asked or cores
 
 
+@functools.cache
 def settings() -> Settings:
+    """The settings of this command, read from the environment once and checked; every part
+    of the command is handed this one object."""
     try:
         s = load()
         SmtpTarget.parse(s.smtp_url)
@@ -106,8 +92,6 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
         if require_schema:
             check_current(conn)
         yield conn
-    except EXPECTED as exc:
-        raise Fail(str(exc)) from exc
     except psycopg.OperationalError as exc:
         raise Fail(f"database error: {_first_line(exc)}") from exc
     finally:
@@ -122,8 +106,8 @@ def current_database(s: Settings) -> str:
             check_current(conn)
     except psycopg.OperationalError as exc:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
-    except MigrationError as exc:
-        raise Fail(str(exc)) from exc
+    except SendDockError:  # the schema is not current: main() says so
+        raise
     except Exception as exc:  # the embedded server failed to start
         raise Fail(f"cannot start the embedded database: {_first_line(exc)}") from exc
     return url
@@ -148,7 +132,7 @@ def epilog(*names: str) -> str:
     return "Settings (environment): " + ", ".join(f"SENDDOCK_{n}" for n in names) + "."
 
 
-# The settings each command reads (its --help lists them). See config.py and messages/links.py.
+# The settings each command reads (its --help lists them). See config.py.
 DB = ("DATABASE_URL", "DATA_DIR")
 SENDING = ("SMTP_URL", "SMTP_TIMEOUT", "RETRY_SCHEDULE")
 LINKS = ("PUBLIC_URL", "SECRET_KEY", "UNSUBSCRIBE_MAILTO")
@@ -177,24 +161,24 @@ DEMO_EPILOG = (
 )
 
 
-def startup_block(command: str, s: Settings, links: LinkSettings, senders: str) -> str:
+def startup_block(command: str, s: Settings, senders: str) -> str:
     """What a long-running command is about to use, for stderr: relays, limits, senders,
     database and public URL, with a warning for each setting left at a default that only
     suits a test machine. Passwords are never shown."""
     rows = config.describe(s)
     if not s.database_url:
         rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
-    rows += [("senders", senders), ("public URL", links.public_url)]
+    rows += [("senders", senders), ("public URL", s.public_url)]
     lines = [f"senddock {command}: starting"]
     lines += [f"  {label:<12}{text}" for label, text in rows]
     if config.defaulted(s, "smtp_url"):
         lines.append(
             f"  warning: SENDDOCK_SMTP_URL is not set; sending to the default {s.smtp_url}"
         )
-    if config.defaulted(links, "public_url"):
+    if config.defaulted(s, "public_url"):
         lines.append(
             "  warning: SENDDOCK_PUBLIC_URL is not set; unsubscribe links in messages point to"
-            f" {links.public_url}, which subscribers cannot reach"
+            f" {s.public_url}, which subscribers cannot reach"
         )
     return "\n".join(lines)
 
@@ -524,12 +508,11 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
     from senddock.runtime import run_worker
 
     s = settings()
-    links = _link_settings()
     url = current_database(s)
     processes = default_processes(processes)
     each = plural(concurrency, "SMTP session")
     senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
-    click.echo(startup_block("worker", s, links, senders), err=True)
+    click.echo(startup_block("worker", s, senders), err=True)
     if processes > 1:
         work = functools.partial(run_worker, s, url, concurrency)
         note = functools.partial(_note_exit, url)
@@ -565,13 +548,6 @@ def demo_cmd(count: int) -> None:
 # -- audience, compliant messages, who got what (issue 4) ------------------------------------
 
 
-def _link_settings() -> LinkSettings:
-    try:
-        return LinkSettings()
-    except ValidationError as exc:
-        raise Fail(f"bad configuration: {exc}") from exc
-
-
 @campaign.command("preview")
 @click.argument("campaign_id", type=int)
 @click.option("--to", "address", required=True, help="Render as this subscriber would get it.")
@@ -579,7 +555,7 @@ def _link_settings() -> LinkSettings:
 def preview_cmd(campaign_id: int, address: str, raw: bool) -> None:
     """Print the message a subscriber would get: headers, then each body."""
     with db() as conn:
-        data = compose.preview(conn, campaign_id, address, _link_settings())
+        data = compose.preview(conn, campaign_id, address, settings())
     if raw:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -847,7 +823,7 @@ def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
 
     s = settings()
     with db() as conn:
-        results = send_test(conn, campaign_id, list(addresses), s, _link_settings())
+        results = send_test(conn, campaign_id, list(addresses), s, s)
     failed = 0
     for address, reply in results:
         ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
@@ -982,9 +958,9 @@ def lists_set_cmd(name: str, double_opt_in: bool | None, from_addr: str | None) 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:
     """Send the confirmation requests a new membership of a double opt-in list needs."""
-    links = _link_settings()
-    key = compose.link_key(conn, links)
-    for list_name, reply in optin.send_requests(conn, address, key, settings(), links):
+    s = settings()
+    key = compose.link_key(conn, s)
+    for list_name, reply in optin.send_requests(conn, address, key, s, s):
         ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
         if not ok:
             raise Fail(f"confirmation request for {list_name!r} not sent: {reply.summary()}")
@@ -1036,20 +1012,18 @@ def serve_cmd(
     from senddock.web import create_app
 
     s = settings()
-    links = _link_settings()
     url = current_database(s)
     senders = (
         "none here (--no-workers): run `senddock worker`"
         if no_workers
         else f"{plural(concurrency, 'SMTP session')} in this process"
     )
-    click.echo(startup_block("serve", s, links, senders), err=True)
+    click.echo(startup_block("serve", s, senders), err=True)
     click.echo(f"  listening   http://{host}:{port}", err=True)
     proxies = ", ".join(s.proxies) or "none (X-Forwarded-For is ignored)"
     click.echo(f"  proxies     {proxies}", err=True)
     app = create_app(
         url,
-        links,
         schedule_every=schedule_every,
         settings=s,
         workers=0 if no_workers else concurrency,
@@ -1158,10 +1132,7 @@ def admin_create_cmd(email: str) -> None:
 
     password = _new_password()
     with db() as conn:
-        try:
-            aid = auth.create_admin(conn, email, password)
-        except auth.AuthError as exc:
-            raise Fail(str(exc)) from exc
+        aid = auth.create_admin(conn, email, password)
     click.echo(f"admin {aid} created for {email.strip()}")
 
 
@@ -1199,10 +1170,7 @@ def admin_password_cmd(email: str) -> None:
 
     password = _new_password()
     with db() as conn:
-        try:
-            found = auth.set_password(conn, email, password)
-        except auth.AuthError as exc:
-            raise Fail(str(exc)) from exc
+        found = auth.set_password(conn, email, password)
     if not found:
         raise Fail(f"no admin {email.strip()} (see `senddock admin list`)")
     click.echo(f"password of admin {email.strip()} changed; its sessions are ended")
@@ -1250,6 +1218,10 @@ def main() -> None:
             log.debug("the cause of the error below", exc_info=exc.__cause__)
         click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(exc.exit_code)
+    except SendDockError as exc:  # what a service refused, with the reason, on one line
+        log.debug("the error below", exc_info=exc)
+        click.echo(f"senddock: error: {exc.message}", err=True)
+        sys.exit(1)
     except Exception as exc:  # the last guard: one line, and a traceback only with -v
         log.debug("unexpected error", exc_info=True)
         click.echo(

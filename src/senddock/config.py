@@ -42,13 +42,28 @@ def proxy_networks(value: str) -> list[str]:
 
 
 class Settings(BaseSettings):
-    """Everything tunable, read once from SENDDOCK_* variables."""
+    """Everything tunable, read once from SENDDOCK_* variables (and XDG_DATA_HOME), built once
+    by the command and passed down: nothing else reads the environment."""
 
     model_config = SettingsConfigDict(env_prefix="SENDDOCK_", extra="ignore")
 
     database_url: str | None = None
     smtp_url: str = "smtp://127.0.0.1:25?tls=none"
     data_dir: str | None = None
+    # Where data lives without SENDDOCK_DATA_DIR: $XDG_DATA_HOME/senddock, else
+    # ~/.local/share/senddock (the XDG base directory convention, so no SENDDOCK_ prefix).
+    xdg_data_home: str | None = Field(default=None, validation_alias="XDG_DATA_HOME")
+    # Links in messages (messages/links.py). The base URL of every link; `senddock serve`
+    # answers there.
+    public_url: str = "http://127.0.0.1:8025"
+    # Overrides the key made by `senddock migrate` (app_secrets.link_key) when set.
+    secret_key: str | None = None
+    # Where the mailto: unsubscribe goes; the campaign's From address when unset.
+    unsubscribe_mailto: str | None = None
+    # `serve`: signs the session cookie; the key stored in the database when unset.
+    session_secret: str | None = None
+    # `serve`: 1, true or yes marks cookies Secure even when the public URL is not https.
+    cookie_secure: str = ""
     # Seconds to wait before retry 1..n; its length is the retry budget.
     retry_schedule: str = "30,120,480,1800,3600"
     smtp_timeout: float = 60.0

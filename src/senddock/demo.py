@@ -45,7 +45,7 @@ from senddock.audience import import_csv
 from senddock.audience.importer import write_csv
 from senddock.campaigns import broadcast, create_campaign, status
 from senddock.campaigns.broadcast import enqueue_all
-from senddock.config import SmtpTarget
+from senddock.config import Settings, SmtpTarget, defaulted
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.delivery.rescuer import LOCK_CLASS
@@ -157,6 +157,8 @@ class Demo:
     catcher: Catcher | None = None
     conn: Conn | None = None
     workers: list[WorkerProcess] = field(default_factory=list)
+    # Read once: SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, replace the demo's own.
+    settings: Settings = field(default_factory=Settings)
     db_url: str = ""
     smtp_url: str = ""
     outside_db: bool = False
@@ -168,8 +170,10 @@ class Demo:
 
     def run(self) -> int:
         c = self.console
-        self.outside_db = bool(os.environ.get("SENDDOCK_DATABASE_URL"))
-        self.outside_smtp = bool(os.environ.get("SENDDOCK_SMTP_URL"))
+        self.outside_db = bool(self.settings.database_url)
+        self.outside_smtp = bool(self.settings.smtp_url) and not defaulted(
+            self.settings, "smtp_url"
+        )
         c.rule(f"[bold]SendDock demo[/] · {self.count:,} subscribers · one worker SIGKILLed")
         c.print(f"data dir   {self.tmp}", soft_wrap=True)
         with self._step("database"):
@@ -199,7 +203,7 @@ class Demo:
 
     def _start_database(self) -> None:
         if self.outside_db:
-            self.db_url = os.environ["SENDDOCK_DATABASE_URL"]
+            self.db_url = str(self.settings.database_url)
             self.console.print(
                 "database   SENDDOCK_DATABASE_URL (outside server; its other workers, if any,"
                 " would take part)",
@@ -218,7 +222,7 @@ class Demo:
 
     def _start_smtp(self) -> None:
         if self.outside_smtp:
-            self.smtp_url = os.environ["SENDDOCK_SMTP_URL"]
+            self.smtp_url = self.settings.smtp_url
             t = SmtpTarget.parse(self.smtp_url)
             self.console.print(
                 f"SMTP       SENDDOCK_SMTP_URL, {t.host}:{t.port} (outside server: the proof"

@@ -42,12 +42,16 @@ log = logging.getLogger("senddock.worker")
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-async def compose_message(
-    conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int
-) -> tuple[CompiledMessage, str] | None:
-    """A broadcast's compiled message: templates, headers and the signed unsubscribe links
-    (SENDDOCK_PUBLIC_URL and the link key, read when a worker first sends the broadcast)."""
-    return await compose.for_broadcast(conn, broadcast_id, LinkSettings())
+def composer(settings: LinkSettings) -> Compose:
+    """How a worker compiles a broadcast's message: templates, headers and the signed
+    unsubscribe links (the settings' public URL, and the link key read when it is first sent)."""
+
+    async def compose_message(
+        conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int
+    ) -> tuple[CompiledMessage, str] | None:
+        return await compose.for_broadcast(conn, broadcast_id, settings)
+
+    return compose_message
 
 
 class Scheduler(ThreadService):
@@ -124,12 +128,12 @@ def build_worker(
     settings: Settings,
     url: str,
     concurrency: int,
-    compose: Compose = compose_message,
+    compose: Compose | None = None,
     *,
     imports: bool = True,
 ) -> Worker:
     """A worker with every duty of `senddock worker` (`serve` runs the imports itself)."""
-    worker = Worker(settings, url, concurrency, compose=compose)
+    worker = Worker(settings, url, concurrency, compose=compose or composer(settings))
     period = maintenance_period(settings)
     control = worker.control
     duties = worker.maintainer

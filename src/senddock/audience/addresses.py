@@ -11,6 +11,8 @@ import re
 
 from email_validator import EmailNotValidError, validate_email
 
+from senddock.errors import Invalid
+
 # RFC 5322 dot-atom text: what email-validator accepts unchanged as an ASCII local part.
 _DOT_ATOM = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*\Z")
 # Domain (as written) -> its normalized form, or None when email-validator refuses it.
@@ -18,15 +20,15 @@ _domains: dict[str, str | None] = {}
 _DOMAIN_CACHE = 50_000
 
 
-class InvalidAddress(ValueError):
-    """Not a usable email address."""
+class InvalidAddress(Invalid, ValueError):
+    """Not a usable email address (422, about the field the address came in)."""
 
 
-def _slow(address: str) -> str:
+def _slow(address: str, field: str = "email") -> str:
     try:
         return validate_email(address, check_deliverability=False).normalized
     except EmailNotValidError as exc:
-        raise InvalidAddress(f"invalid address {address!r}: {exc}") from exc
+        raise InvalidAddress(f"invalid address {address!r}: {exc}", field=field) from exc
 
 
 def _domain(domain: str) -> str | None:
@@ -40,8 +42,9 @@ def _domain(domain: str) -> str | None:
     return _domains[domain]
 
 
-def normalize(address: str) -> str:
-    """The address in canonical form; InvalidAddress with the reason if it is not one."""
+def normalize(address: str, field: str = "email") -> str:
+    """The address in canonical form; InvalidAddress with the reason if it is not one, about
+    the input `field`."""
     address = address.strip()
     local, at, domain = address.rpartition("@")
     fast = at and len(local) <= 64 and len(address) <= 254 and domain.isascii()
@@ -49,4 +52,4 @@ def normalize(address: str) -> str:
         ok = _domain(domain)
         if ok is not None and len(local) + 1 + len(ok) <= 254:
             return f"{local}@{ok}"
-    return _slow(address)
+    return _slow(address, field)

@@ -27,6 +27,7 @@ import psycopg
 from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.audience.lists import ensure_list
+from senddock.errors import Invalid
 
 BATCH = 10_000
 # Columns `subscribers export` writes that describe state, not the person: never attributes.
@@ -76,8 +77,9 @@ ON CONFLICT DO NOTHING
 """
 
 
-class UnreadableFile(OSError):
-    """The CSV cannot be read at all (missing, not text, no header, no email column)."""
+class UnreadableFile(Invalid, OSError):
+    """The CSV cannot be read at all (missing, not text, no header, no email column): 422,
+    about the uploaded `file`."""
 
 
 @dataclass
@@ -113,7 +115,7 @@ def _open(path: Path) -> io.TextIOWrapper:
     try:
         return path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")
     except OSError as exc:
-        raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}", field="file") from exc
 
 
 def _rows(handle: io.TextIOWrapper) -> Iterator[tuple[int, Row]]:
@@ -135,15 +137,17 @@ def _rows(handle: io.TextIOWrapper) -> Iterator[tuple[int, Row]]:
 def _header(path: Path, rows: Iterator[tuple[int, Row]]) -> list[str]:
     first = next(rows, None)
     if first is not None and isinstance(first[1], str):
-        raise UnreadableFile(f"{path}: the header row {first[1]}")
+        raise UnreadableFile(f"{path}: the header row {first[1]}", field="file")
     fields = [f.strip().lower() for f in first[1]] if first else []
     if "email" not in fields:
         hint = _delimiter_hint(list(first[1])) if first else ""
-        raise UnreadableFile(f"{path}: the header row has no 'email' column{hint}")
+        raise UnreadableFile(f"{path}: the header row has no 'email' column{hint}", field="file")
     named = [f for f in fields if f]
     twice = next((f for i, f in enumerate(named) if f in named[:i]), None)
     if twice is not None:
-        raise UnreadableFile(f"{path}: the header row names the column '{twice}' twice")
+        raise UnreadableFile(
+            f"{path}: the header row names the column '{twice}' twice", field="file"
+        )
     return fields
 
 

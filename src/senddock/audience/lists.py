@@ -8,12 +8,13 @@ from typing import Any
 import psycopg
 
 from senddock.db import sql
+from senddock.errors import Invalid
 
 QUERIES = sql.load(__package__, "lists.sql")
 
 
-class UnknownList(LookupError):
-    """No list by that name."""
+class UnknownList(Invalid, LookupError):
+    """No list by that name: bad input (422, about `lists`), not an unknown id."""
 
 
 def ensure_list(conn: psycopg.Connection[dict[str, Any]], name: str) -> int:
@@ -27,12 +28,12 @@ def find_list(conn: psycopg.Connection[dict[str, Any]], name: str) -> int:
     """The id of list `name`; UnknownList if there is none."""
     row = conn.execute(QUERIES["find_list"], {"name": name}).fetchone()
     if row is None:
-        raise UnknownList(f"no list named {name!r}")
+        raise UnknownList(f"no list named {name!r}", field="lists")
     return int(row["id"])
 
 
-class ListError(ValueError):
-    """A list setting that cannot be applied."""
+class ListError(Invalid, ValueError):
+    """A list setting that cannot be applied (422)."""
 
 
 def configure(
@@ -50,8 +51,8 @@ def configure(
     from senddock.messages import check_header
 
     if from_addr is not None:
-        check_header("from", from_addr)
-        normalize(email.utils.parseaddr(from_addr)[1])
+        check_header("from", from_addr, field="from_addr")
+        normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")
     try:
         with conn.transaction():
             list_id = ensure_list(conn, name)
@@ -60,7 +61,9 @@ def configure(
                 {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
             )
     except psycopg.errors.CheckViolation as exc:
-        raise ListError(f"list {name!r}: double opt-in needs --from (who asks to confirm)") from exc
+        raise ListError(
+            f"list {name!r}: double opt-in needs --from (who asks to confirm)", field="from_addr"
+        ) from exc
     return list_id
 
 

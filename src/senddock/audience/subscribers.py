@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import ensure_list, find_list
 from senddock.db import sql
+from senddock.errors import Conflict, NotFound
 from senddock.messages import check_header
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -17,12 +18,12 @@ Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "subscribers.sql")
 
 
-class SubscriberError(ValueError):
-    """A subscriber operation that cannot be done as asked."""
+class SubscriberError(Conflict, ValueError):
+    """A subscriber operation that cannot be done as asked (409)."""
 
 
-class UnknownSubscriber(SubscriberError, LookupError):
-    """No subscriber with that address."""
+class UnknownSubscriber(NotFound, SubscriberError, LookupError):
+    """No subscriber with that address (404)."""
 
 
 def _find(conn: Conn, address: str, lock: bool = False) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def _find(conn: Conn, address: str, lock: bool = False) -> dict[str, Any]:
 
 
 def _name(name: str) -> str:
-    return check_header("name", name.strip())
+    return check_header("name", name.strip(), field="name")
 
 
 def add(

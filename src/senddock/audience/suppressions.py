@@ -8,7 +8,6 @@ stops broadcasts that already enqueued it.
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import psycopg
 from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.db import sql
+from senddock.errors import Invalid
 
 REASONS = ("bounce", "unsubscribe", "complaint", "manual")
 
@@ -27,8 +27,8 @@ QUERIES = sql.load(__package__, "suppressions.sql")
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-class UnknownReason(ValueError):
-    """Not one of the suppression reasons."""
+class UnknownReason(Invalid, ValueError):
+    """Not one of the suppression reasons (422, about `reason`)."""
 
 
 @dataclass
@@ -41,7 +41,9 @@ class SuppressionImport:
 def add(conn: Conn, address: str, reason: str = "manual", detail: str | None = None) -> bool:
     """Suppress `address`; False if it already was (its first reason is kept)."""
     if reason not in REASONS:
-        raise UnknownReason(f"reason must be one of {', '.join(REASONS)}, got {reason!r}")
+        raise UnknownReason(
+            f"reason must be one of {', '.join(REASONS)}, got {reason!r}", field="reason"
+        )
     email = normalize(address)
     params = {"email": email, "reason": reason, "broadcast": None, "detail": detail}
     return conn.execute(QUERIES["suppress"], params).rowcount == 1
@@ -128,12 +130,7 @@ def unsubscribe(conn: Conn, subscriber_id: int, campaign_id: int, detail: str) -
 
 
 def who(conn: Conn, subscriber_id: int, campaign_id: int) -> dict[str, Any] | None:
-    """The address and list a link is about, and whether it is suppressed already."""
+    """The address a link is about, the names of its campaign's lists (`list_names`, [] for
+    a campaign that is gone), and whether the address is suppressed already."""
     params = {"subscriber": subscriber_id, "campaign": campaign_id}
     return conn.execute(QUERIES["who"], params).fetchone()
-
-
-def csv_text(rows_: list[tuple[str, str]]) -> str:
-    out = io.StringIO()
-    csv.writer(out).writerows(rows_)
-    return out.getvalue()

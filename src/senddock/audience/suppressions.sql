@@ -44,18 +44,21 @@ WHERE s.id = %(subscriber)s
 ON CONFLICT ((lower(email))) DO NOTHING;
 
 -- name: unsubscribe_memberships
--- One-click unsubscribe: the membership of the campaign's list becomes `unsubscribed`, which
--- an import never undoes. Only a membership not already left is written (idempotent).
+-- One-click unsubscribe: the memberships of every list the campaign went to become
+-- `unsubscribed`, which an import never undoes. Only a membership not already left is written
+-- (idempotent).
 UPDATE list_memberships m SET status = 'unsubscribed', updated_at = now()
-FROM campaigns c
-WHERE c.id = %(campaign)s AND m.list_id = c.list_id AND m.subscriber_id = %(subscriber)s
-  AND m.status <> 'unsubscribed';
+FROM campaign_lists cl
+WHERE cl.campaign_id = %(campaign)s AND m.list_id = cl.list_id
+  AND m.subscriber_id = %(subscriber)s AND m.status <> 'unsubscribed';
 
 -- name: who
--- What an unsubscribe link is about, for its page: the address, the campaign's list and
--- whether the address is suppressed already. A GET reads only: link scanners change nothing.
-SELECT s.email, l.name AS list_name,
+-- What an unsubscribe link is about, for its page: the address, the names of every list its
+-- campaign went to, and whether the address is suppressed already. A GET reads only: link
+-- scanners change nothing.
+SELECT s.email,
+       ARRAY(SELECT l.name FROM campaign_lists cl JOIN lists l ON l.id = cl.list_id
+             WHERE cl.campaign_id = %(campaign)s ORDER BY l.name) AS list_names,
        EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email)) AS suppressed
-FROM subscribers s LEFT JOIN campaigns c ON c.id = %(campaign)s
-LEFT JOIN lists l ON l.id = c.list_id
+FROM subscribers s
 WHERE s.id = %(subscriber)s;

@@ -18,6 +18,7 @@ import psycopg
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.campaigns.template_check import check_names
+from senddock.errors import Conflict, NotFound
 from senddock.messages import check_header, compile_message
 from senddock.queue import Campaign, finish_sync, lock_campaign
 from senddock.queue import cancel as cancel_in_queue
@@ -28,12 +29,12 @@ from senddock.queue.counts import JOB_STATUSES as JOB_STATUSES
 from senddock.queue.counts import Failure, JobState, count, last_problem
 
 
-class CampaignError(ValueError):
-    """A campaign operation that cannot be done as asked."""
+class CampaignError(Conflict, ValueError):
+    """A campaign operation that cannot be done as asked (409 unless a subclass says)."""
 
 
-class UnknownCampaign(CampaignError, LookupError):
-    """No campaign with that id."""
+class UnknownCampaign(NotFound, CampaignError, LookupError):
+    """No campaign with that id (404)."""
 
 
 def create_campaign(
@@ -54,16 +55,18 @@ def create_campaign(
     required) the scheduler enqueues it then. Several lists: each address gets one message.
     """
     if send_at is not None and send_at.tzinfo is None:
-        raise CampaignError("the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)")
-    check_header("campaign name", name)
+        raise CampaignError(
+            "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
+        )
+    check_header("campaign name", name, field="name")
     # TemplateProblem / HeaderError, with the part and line.
     compile_message(subject, from_addr, text_body, html_body, reply_to=reply_to)
-    normalize(email.utils.parseaddr(from_addr)[1])  # InvalidAddress
+    normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
     if reply_to:
-        normalize(email.utils.parseaddr(reply_to)[1])
+        normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
     names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
     if not names:
-        raise CampaignError("a campaign needs at least one list")
+        raise CampaignError("a campaign needs at least one list", field="lists")
     list_ids = [find_list(conn, n) for n in names]  # UnknownList
     # A misspelt name would render empty for everyone: TemplateProblem with part and line.
     check_names(conn, list_ids, subject, text_body, html_body)
@@ -86,11 +89,10 @@ def _insert(
     send_at: datetime | None,
 ) -> int:
     row = conn.execute(
-        "INSERT INTO campaigns (name, list_id, subject, from_addr, reply_to, text_body,"
-        " html_body, send_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        "INSERT INTO campaigns (name, subject, from_addr, reply_to, text_body,"
+        " html_body, send_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
         (
             name,
-            list_ids[0],
             subject,
             from_addr,
             reply_to or None,

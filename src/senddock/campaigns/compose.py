@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+from senddock.errors import Invalid, Unavailable
 from senddock.messages import (
     CompiledMessage,
     HeaderError,
@@ -34,7 +35,7 @@ FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
 """
 
 
-class NoLinkKey(RuntimeError):
+class NoLinkKey(Unavailable, RuntimeError):
     """Neither SENDDOCK_SECRET_KEY nor a stored key: the schema predates migration 0003."""
 
 
@@ -97,7 +98,7 @@ async def for_broadcast(
     try:
         return build(row, _key(stored, settings), settings)
     except HeaderError as exc:  # checked at create; only a hand-edited row gets here
-        raise TemplateProblem(str(exc)) from exc
+        raise TemplateProblem(str(exc), field=exc.field) from exc
 
 
 SUBSCRIBER = "SELECT id, email, name, attributes FROM subscribers WHERE lower(email) = lower(%s)"
@@ -124,8 +125,9 @@ LEFT JOIN subscribers s ON lower(s.email) = lower(%(a)s)
 """
 
 
-class NotARecipient(CampaignError):
-    """A preview for an address that is not on the campaign's lists: it would render blanks."""
+class NotARecipient(Invalid, CampaignError):
+    """A preview for an address that is not on the campaign's lists: it would render blanks
+    (422, about the field `to`)."""
 
 
 def member_of(
@@ -138,7 +140,8 @@ def member_of(
         raise NotARecipient(
             f"{address.strip()} is not a subscriber of campaign {campaign_id}'s lists{lists}:"
             " its preview would have no name or attributes; `campaign test --to` sends to any"
-            " address"
+            " address",
+            field="to",
         )
     return Recipient(row["email"], row["name"], row["attributes"] or {}, int(row["id"]))
 

@@ -26,7 +26,9 @@ Conn = psycopg.Connection[dict[str, Any]]
 def schedule(conn: Conn, campaign_id: int, at: datetime | None) -> None:
     """Send a draft campaign at `at` (None: unschedule). `at` must carry a time zone."""
     if at is not None and at.tzinfo is None:
-        raise CampaignError("the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)")
+        raise CampaignError(
+            "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="at"
+        )
     with conn.transaction():
         c = queue.lock_campaign(conn, campaign_id)
         if c is None:

@@ -20,6 +20,7 @@ from jinja2.utils import missing
 
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
 from senddock.messages.render import (
+    PART_FIELDS,
     SampleAttributes,
     render_checked,
     strict_sandbox,
@@ -114,7 +115,8 @@ def check_names(
                 line = template_line(exc.__traceback__)
                 where = f"{part} template" + (f", line {line}" if line else "")
                 raise TemplateProblem(
-                    f"{where}: {exc.name} is undefined (a misspelt name renders empty)"
+                    f"{where}: {exc.name} is undefined (a misspelt name renders empty)",
+                    field=PART_FIELDS[part],
                 ) from exc
             except Exception:  # data-dependent (a type, a value): that job's outcome
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import psycopg
@@ -18,7 +17,7 @@ def default_data_dir(settings: Settings) -> Path:
     """Where the embedded Postgres keeps its data when no URL is given."""
     if settings.data_dir:
         return Path(settings.data_dir)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = settings.xdg_data_home or str(Path.home() / ".local" / "share")
     return Path(base) / "senddock"
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from senddock.config import Settings
+
 POSTGRES_VERSION = 18
 # pgserver's list of the processes using a server; the last one to exit stops it.
 HANDLE_FILE = ".handle_pids.json"
@@ -70,10 +72,11 @@ class EmbeddedPostgres:
 
 
 @contextlib.contextmanager
-def given_or_embedded(prefix: str) -> Iterator[str]:
-    """The server SENDDOCK_DATABASE_URL names, else an embedded Postgres in a new temporary
-    folder, stopped and deleted on the way out (the benchmarks' database)."""
-    given = os.environ.get("SENDDOCK_DATABASE_URL")
+def given_or_embedded(prefix: str, settings: Settings | None = None) -> Iterator[str]:
+    """The server SENDDOCK_DATABASE_URL names (`settings`, read now if not given), else an
+    embedded Postgres in a new temporary folder, stopped and deleted on the way out (the
+    benchmarks' database)."""
+    given = (settings or Settings()).database_url
     if given:
         yield given
         return

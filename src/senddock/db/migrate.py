@@ -10,11 +10,13 @@ from importlib import resources
 
 import psycopg
 
+from senddock.errors import Unavailable
+
 _LOCK_KEY = 0x53454E44  # "SEND"
 
 
-class MigrationError(RuntimeError):
-    """The schema is missing or behind the code."""
+class MigrationError(Unavailable, RuntimeError):
+    """The schema is missing or behind the code (503: `senddock migrate` fixes it)."""
 
 
 def available() -> list[tuple[int, str, str]]:

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 
 from senddock.smtp.reply import Reply
 
-__all__ = ["SENDER_STAGES", "STAGES", "Reply", "Transition", "Verdict", "judge", "transition"]
-
-STAGES = ("connect", "ehlo", "starttls", "auth", "mail", "rcpt", "data")
+__all__ = ["SENDER_STAGES", "Reply", "Transition", "Verdict", "judge", "transition"]
 SENDER_STAGES = frozenset({"connect", "ehlo", "starttls", "auth", "mail"})
 
 

@@ -106,6 +106,3 @@ class ServerPool:
     def settled(self, name: str) -> None:
         """An attempt that says nothing about reachability ended: let others try it too."""
         self._servers[name].probing_until = 0.0
-
-    def is_down(self, name: str) -> bool:
-        return self._servers[name].backoff > 0.0

@@ -12,26 +12,26 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from urllib.parse import quote
-
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 UNSUBSCRIBE = "unsubscribe"
 _TOKEN = re.compile(r"^(\d{1,19}(?:\.\d{1,19})*)\.([A-Za-z0-9_-]{22})$")
 
 
-class LinkSettings(BaseSettings):
-    """Where links point and what signs them (SENDDOCK_PUBLIC_URL, SENDDOCK_SECRET_KEY, …)."""
+class LinkSettings(Protocol):
+    """What links need of the settings: where they point and what signs them. config.Settings
+    has it (SENDDOCK_PUBLIC_URL, SENDDOCK_SECRET_KEY, SENDDOCK_UNSUBSCRIBE_MAILTO); this
+    package reads no environment of its own."""
 
-    model_config = SettingsConfigDict(env_prefix="SENDDOCK_", extra="ignore")
+    @property
+    def public_url(self) -> str: ...
 
-    # The base URL of every link in messages; `senddock serve` answers there.
-    public_url: str = "http://127.0.0.1:8025"
-    # Overrides the key made by `senddock migrate` (app_secrets.link_key) when set.
-    secret_key: str | None = None
-    # Where the mailto: unsubscribe goes; the campaign's From address when unset.
-    unsubscribe_mailto: str | None = None
+    @property
+    def secret_key(self) -> str | None: ...
+
+    @property
+    def unsubscribe_mailto(self) -> str | None: ...
 
 
 def _mac(key: bytes, purpose: str, ids: str) -> str:

@@ -27,6 +27,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from senddock.errors import Invalid
 from senddock.messages.html_text import html_to_text
 from senddock.messages.links import Links, Unsubscribe
 
@@ -201,8 +202,13 @@ _TEXT_ENV = _Sandbox(autoescape=False, keep_trailing_newline=True)
 _HTML_ENV = _Sandbox(autoescape=True, keep_trailing_newline=True)
 
 
-class TemplateProblem(ValueError):
-    """A template that cannot render; says which part and which line."""
+class TemplateProblem(Invalid, ValueError):
+    """A template that cannot render; says which part and which line (422, about its part's
+    field)."""
+
+
+# The input field each part of a message comes from (what an API client or a form sent).
+PART_FIELDS = {"subject": "subject", "text": "text_body", "html": "html_body"}
 
 
 # A body larger than this is refused at create: mail providers clip or reject such messages
@@ -210,14 +216,15 @@ class TemplateProblem(ValueError):
 MAX_BODY = 2 * 1024 * 1024
 
 
-class HeaderError(ValueError):
-    """A header value that would break the message (CR or LF in it)."""
+class HeaderError(Invalid, ValueError):
+    """A header value that would break the message (CR or LF in it); 422."""
 
 
-def check_header(name: str, value: str) -> str:
-    """Refuse CR and LF in a header value: they would let a value inject headers."""
+def check_header(name: str, value: str, field: str | None) -> str:
+    """Refuse CR and LF in a header value: they would let a value inject headers. `field` is
+    the input the value came in, named by the HeaderError."""
     if "\r" in value or "\n" in value:
-        raise HeaderError(f"{name} must not contain CR or LF")
+        raise HeaderError(f"{name} must not contain CR or LF", field=field)
     return value
 
 
@@ -234,7 +241,9 @@ def _compile(env: ImmutableSandboxedEnvironment, part: str, source: str) -> Any:
     try:
         template: Any = env.from_string(source)
     except TemplateSyntaxError as exc:
-        raise TemplateProblem(f"{part} template, line {exc.lineno}: {exc.message}") from exc
+        raise TemplateProblem(
+            f"{part} template, line {exc.lineno}: {exc.message}", field=PART_FIELDS[part]
+        ) from exc
     template.senddock_part = part
     return template
 
@@ -258,11 +267,13 @@ def _render(template: Any, ctx: dict[str, Any]) -> str:
     except TemplateError as exc:
         line = template_line(exc.__traceback__)
         where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
-        raise TemplateProblem(f"{where}: {exc}") from exc
+        raise TemplateProblem(f"{where}: {exc}", field=PART_FIELDS[template.senddock_part]) from exc
     except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
         line = template_line(exc.__traceback__)
         where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
-        raise TemplateProblem(f"{where}: {type(exc).__name__}: {exc}") from exc
+        raise TemplateProblem(
+            f"{where}: {type(exc).__name__}: {exc}", field=PART_FIELDS[template.senddock_part]
+        ) from exc
     finally:
         if outer is None:
             _clock.until = None
@@ -284,17 +295,16 @@ def address_count(value: str) -> int:
     return len([a for _, a in email.utils.getaddresses([value]) if a])
 
 
-def _address_header(what: str, value: str) -> tuple[str, str]:
-    """(header value, bare address) of a `Name <addr>` value; HeaderError if it is not one.
-
-    Two addresses are refused: parseaddr keeps the first and the rest would vanish unsaid.
-    """
-    check_header(what, value)
+def _address_header(what: str, value: str, field: str) -> tuple[str, str]:
+    """(header value, bare address) of a `Name <addr>` value; HeaderError about `field` if it
+    is not one. Two addresses are refused: parseaddr keeps the first and the rest would vanish
+    unsaid."""
+    check_header(what, value, field)
     if address_count(value) > 1:
-        raise HeaderError(f"{what} names several addresses ({value!r}): give one")
+        raise HeaderError(f"{what} names several addresses ({value!r}): give one", field=field)
     _, addr = email.utils.parseaddr(value)
     if "@" not in addr or " " in addr:
-        raise HeaderError(f"{what} address {value!r} is not an email address")
+        raise HeaderError(f"{what} address {value!r} is not an email address", field=field)
     return _format_from(value), addr
 
 
@@ -419,7 +429,7 @@ class CompiledMessage:
         try:
             subject, text, html = self._parts(rcpt, unsubscribe)
         except TemplateProblem as exc:
-            raise TemplateProblem(f"rendering for {rcpt.email}: {exc}") from exc
+            raise TemplateProblem(f"rendering for {rcpt.email}: {exc}", field=exc.field) from exc
         to = _to_header(rcpt.name, rcpt.email)
         head = [f"From: {self.from_header}"]
         if self.reply_to_header:
@@ -467,15 +477,19 @@ def compile_message(
 
     Without a text body the text part is derived from the HTML template (once, here).
     """
-    check_header("subject", subject)
-    from_header, addr = _address_header("from", from_addr)
-    reply_header = _address_header("reply-to", reply_to)[0] if reply_to else None
+    check_header("subject", subject, "subject")
+    from_header, addr = _address_header("from", from_addr, "from_addr")
+    reply_header = _address_header("reply-to", reply_to, "reply_to")[0] if reply_to else None
     if not text_body and not html_body:
-        raise TemplateProblem("a campaign needs a text body, an HTML body, or both")
+        raise TemplateProblem(
+            "a campaign needs a text body, an HTML body, or both", field="text_body"
+        )
     for part, body in (("text", text_body), ("html", html_body)):
         if body and len(body.encode()) > MAX_BODY:
             size = len(body.encode()) / 1024 / 1024
-            raise TemplateProblem(f"the {part} body is {size:.1f} MB; the limit is 2 MB")
+            raise TemplateProblem(
+                f"the {part} body is {size:.1f} MB; the limit is 2 MB", field=PART_FIELDS[part]
+            )
     html = _compile(_HTML_ENV, "html", html_body) if html_body else None
     if not text_body:
         assert html_body is not None

@@ -1,7 +1,8 @@
 """The REST API under /api/v1: thin endpoints over the campaign, audience and delivery services.
 
 Endpoints are sync `def`s (FastAPI runs them in its thread pool) on connections of the app's
-pool. Service errors map to the JSON error shape in web/errors.py.
+pool. A SendDockError (senddock/errors.py) raised anywhere below is answered in the JSON
+error shape with its status and field (web/errors.py).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
 from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery.rescuer import list_workers
+from senddock.errors import Invalid, NotFound
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
-from senddock.web.errors import RESPONSES, ApiError
+from senddock.web.errors import RESPONSES
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -66,13 +68,13 @@ def _refuse_past(conn: Conn, at: datetime | None, field: str) -> None:
     try:
         campaigns.refuse_past(conn, at)
     except campaigns.SendTimeInPast as exc:
-        raise ApiError(422, str(exc), field) from exc
+        raise Invalid(str(exc), field=field) from exc
 
 
 def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
     address = queries.subscriber_email(conn, subscriber_id)
     if address is None:
-        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+        raise NotFound(f"no subscriber with id {subscriber_id}")
     return s.Subscriber(**subscribers_api.show(conn, address))
 
 
@@ -115,7 +117,7 @@ def add_subscriber(request: Request, conn: Db, body: s.SubscriberIn) -> s.Subscr
         state = request.app.state
         address = queries.subscriber_email(conn, sid) or body.email
         for list_name, reply in optin.send_requests(
-            conn, address, state.link_key, state.settings, state.link_settings
+            conn, address, state.link_key, state.settings, state.settings
         ):
             sent.append(
                 s.ConfirmationRequest(list=list_name, sent=_ok(reply), reply=reply.summary())
@@ -140,7 +142,7 @@ def update_subscriber(
     """Change name, address or attributes (merged; null removes a key); join lists."""
     address = queries.subscriber_email(conn, subscriber_id)
     if address is None:
-        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+        raise NotFound(f"no subscriber with id {subscriber_id}")
     subscribers_api.update(
         conn,
         address,
@@ -164,7 +166,7 @@ def remove_subscriber(
     """Remove from one list, or from every list and the database (kept for its history)."""
     address = queries.subscriber_email(conn, subscriber_id)
     if address is None:
-        raise ApiError(404, f"no subscriber with id {subscriber_id}")
+        raise NotFound(f"no subscriber with id {subscriber_id}")
     return s.Removed(message=subscribers_api.remove(conn, address, list_name))
 
 
@@ -175,7 +177,7 @@ def _list(conn: Conn, list_id: int) -> s.ListInfo:
     for row in lists_api.all_lists(conn):
         if row["id"] == list_id:
             return s.ListInfo(**row)
-    raise ApiError(404, f"no list with id {list_id}")
+    raise NotFound(f"no list with id {list_id}")
 
 
 ListId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
@@ -234,7 +236,7 @@ def start_import(
 def _import(conn: Conn, job_id: int) -> s.ImportJob:
     row = imports.get_import(conn, job_id)
     if row is None:
-        raise ApiError(404, f"no import with id {job_id}")
+        raise NotFound(f"no import with id {job_id}")
     return s.ImportJob(**row)
 
 
@@ -264,9 +266,9 @@ def list_campaigns(
 def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
     """A draft campaign; templates and headers are checked now (422 naming the field)."""
     if not body.text_body and not body.html_body:
-        raise ApiError(422, "give text_body, html_body or both", "text_body")
+        raise Invalid("give text_body, html_body or both", field="text_body")
     if body.send_at is not None and body.send_at.tzinfo is None:
-        raise ApiError(422, "send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "send_at")
+        raise Invalid("send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at")
     _refuse_past(conn, body.send_at, "send_at")
     cid = campaigns.create_campaign(
         conn,
@@ -296,7 +298,7 @@ def preview_campaign(
     to: Annotated[str, Query(min_length=1, max_length=320, pattern=r"^[^\x00\r\n]*$")],
 ) -> s.Preview:
     """The message `to`, a subscriber on the campaign's lists, would get, rendered now."""
-    data = compose.preview(conn, campaign_id, to, request.app.state.link_settings)
+    data = compose.preview(conn, campaign_id, to, request.app.state.settings)
     msg = email.message_from_bytes(data, policy=email.policy.default)
     headers: dict[str, str] = {}
     for key, value in msg.items():
@@ -319,7 +321,7 @@ def test_campaign(
 ) -> list[s.TestResult]:
     """Send the rendered message to these addresses now (no broadcast); the relay's replies."""
     state = request.app.state
-    results = send_test(conn, campaign_id, body.to, state.settings, state.link_settings)
+    results = send_test(conn, campaign_id, body.to, state.settings, state.settings)
     return [s.TestResult(address=a, sent=_ok(r), reply=r.summary()) for a, r in results]
 
 
@@ -346,7 +348,7 @@ def send_campaign(request: Request, conn: Db, campaign_id: CampaignId) -> s.Sent
 def schedule_campaign(conn: Db, campaign_id: CampaignId, body: s.ScheduleIn) -> s.CampaignStatus:
     """Send a draft at `at` (with a time zone); null unschedules."""
     if body.at is not None and body.at.tzinfo is None:
-        raise ApiError(422, "at needs a time zone (e.g. 2026-06-01T09:00+02:00)", "at")
+        raise Invalid("at needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="at")
     _refuse_past(conn, body.at, "at")
     campaigns.schedule(conn, campaign_id, body.at)
     return _status(conn, campaign_id)

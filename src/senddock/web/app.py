@@ -91,6 +91,11 @@ INVALID = (
 )
 
 
+def _and(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
 class Pages:
     """The unsubscribe and confirm handlers, sharing the app's pool and the link key."""
 
@@ -127,7 +132,8 @@ class Pages:
         address = html.escape(str(found["email"]))
         if found["suppressed"]:
             return page("Unsubscribed", f"<p><b>{address}</b> gets no more messages from us.</p>")
-        listed = f" from <b>{html.escape(found['list_name'])}</b>" if found["list_name"] else ""
+        names = [f"<b>{html.escape(name)}</b>" for name in found["list_names"]]
+        listed = f" from {_and(names)}" if names else ""
         return page(
             "Unsubscribe",
             f"<p>Unsubscribe <b>{address}</b>{listed}? You will get no more messages from us.</p>"
@@ -190,14 +196,11 @@ def _duties_ended(task: asyncio.Task[None]) -> None:
         log.error("background duties stopped", exc_info=task.exception())
 
 
-def session_secret(database_url: str) -> str:
+def session_secret(settings: Settings, database_url: str) -> str:
     """SENDDOCK_SESSION_SECRET, or the key stored in the database (made once, so sessions
     survive restarts and every `serve` process of one database accepts the same cookies)."""
-    import os
-
-    given = os.environ.get("SENDDOCK_SESSION_SECRET")
-    if given:
-        return given
+    if settings.session_secret:
+        return settings.session_secret
     with connect(database_url) as conn:
         conn.execute(MAKE_SESSION_KEY, (secrets.token_hex(32),))
         row = conn.execute(SESSION_KEY).fetchone()
@@ -205,12 +208,10 @@ def session_secret(database_url: str) -> str:
     return str(row["value"])
 
 
-def cookie_secure(links: LinkSettings) -> bool:
+def cookie_secure(settings: Settings) -> bool:
     """Secure cookies when the public URL is https, or SENDDOCK_COOKIE_SECURE=1."""
-    import os
-
-    forced = os.environ.get("SENDDOCK_COOKIE_SECURE", "").strip().lower()
-    return links.public_url.lower().startswith("https://") or forced in ("1", "true", "yes")
+    forced = settings.cookie_secure.strip().lower()
+    return settings.public_url.lower().startswith("https://") or forced in ("1", "true", "yes")
 
 
 class SendDock(FastAPI):
@@ -223,7 +224,6 @@ class SendDock(FastAPI):
 
 def create_app(
     database_url: str,
-    links: LinkSettings | None = None,
     schedule_every: float = 0.0,
     *,
     settings: Settings | None = None,
@@ -235,7 +235,6 @@ def create_app(
     `workers` > 0 a delivery Worker with that many senders runs on the same event loop, and
     shutdown (SIGTERM) lets it finish the messages in flight.
     """
-    links = links or LinkSettings()
     settings = settings or Settings(database_url=database_url)
     pool: Pool = ConnectionPool(
         database_url,
@@ -245,7 +244,7 @@ def create_app(
         open=False,
         kwargs={"autocommit": True, "row_factory": dict_row},
     )
-    pages = Pages(pool, links)
+    pages = Pages(pool, settings)
     checker = login_limits.Checker()
 
     @asynccontextmanager
@@ -289,7 +288,6 @@ def create_app(
     app.state.pool = pool
     app.state.database_url = database_url
     app.state.settings = settings
-    app.state.link_settings = links
     app.state.link_key = b""
     app.state.password_checker = checker
     # Innermost: the guard authenticates from the admin id SessionCheck has resolved.
@@ -303,11 +301,11 @@ def create_app(
     )
     app.add_middleware(
         SessionMiddleware,
-        secret_key=session_secret(database_url),
+        secret_key=session_secret(settings, database_url),
         session_cookie=SESSION_COOKIE,
         max_age=int(settings.session_lifetime),
         same_site="lax",
-        https_only=cookie_secure(links),
+        https_only=cookie_secure(settings),
     )
     errors.install(app)
     app.add_api_route("/unsubscribe/{token}", pages.show, methods=["GET"], include_in_schema=False)

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from senddock.audience.addresses import normalize
 from senddock.db import sql
+from senddock.errors import Invalid
 
 Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "auth.sql")
@@ -39,8 +40,8 @@ _hasher = PasswordHasher()
 _DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
 
 
-class AuthError(ValueError):
-    """A credential that cannot be made as asked (short password, taken email)."""
+class AuthError(Invalid, ValueError):
+    """A credential that cannot be made as asked (short password, taken email); 422."""
 
 
 class NotAuthenticated(Exception):
@@ -76,7 +77,7 @@ def create_admin(conn: Conn, email: str, password: str) -> int:
         QUERIES["create_admin"], {"email": address, "password_hash": hash_password(password)}
     ).fetchone()
     if row is None:
-        raise AuthError(f"an admin {address} already exists")
+        raise AuthError(f"an admin {address} already exists", field="email")
     return int(row["id"])
 
 
@@ -94,11 +95,12 @@ def remove_admin(conn: Conn, email: str) -> bool:
 def check_password(password: str) -> None:
     """Refuse a password too short to keep (spaces at either end do not count)."""
     if not password.strip():
-        raise AuthError("the password must not be empty or only spaces")
+        raise AuthError("the password must not be empty or only spaces", field="password")
     if len(password.strip()) < MIN_PASSWORD:
         raise AuthError(
             f"the password must have at least {MIN_PASSWORD} characters besides leading"
-            " and trailing spaces"
+            " and trailing spaces",
+            field="password",
         )
 
 

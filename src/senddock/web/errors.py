@@ -1,7 +1,10 @@
 """One JSON error shape for the API: `{"error": {"field": name | null, "message": "..."}}`.
 
-Exceptions of the service layer map to statuses here (unknown id 404, conflict 409, bad input
-422), so endpoints just call the services. Nothing a client sends may end in a 500.
+Every expected failure is a senddock.errors.SendDockError raised where it happens, with its
+status and field: one handler answers it, as the error shape under /api/ and as the
+dashboard's error page elsewhere, so endpoints just call the services. The other handlers
+adapt the framework's own failures (validation, routing, a value Postgres cannot hold) to the
+same shape. Nothing a client sends may end in a 500.
 """
 
 from __future__ import annotations
@@ -18,15 +21,9 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from senddock.audience.addresses import InvalidAddress
-from senddock.audience.importer import UnreadableFile
-from senddock.audience.lists import ListError, UnknownList
-from senddock.audience.subscribers import SubscriberError, UnknownSubscriber
-from senddock.audience.suppressions import UnknownReason
-from senddock.campaigns import CampaignError, NothingToSend, UnknownCampaign
-from senddock.campaigns.compose import NoLinkKey, NotARecipient
-from senddock.messages import HeaderError, TemplateProblem
+from senddock.errors import SendDockError
 from senddock.web import auth
+from senddock.web.dashboard.views import error_page
 
 log = logging.getLogger("senddock.web")
 
@@ -42,16 +39,6 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class ApiError(Exception):
-    """Raised by endpoints: answered as the error shape with `status`."""
-
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
-
-
 def body(status: int, message: str, field: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"field": field, "message": message}}, status_code=status)
 
@@ -65,63 +52,6 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "Body over its cap (web/guard.py)"},
     422: {"model": ErrorBody, "description": "Bad input; `field` names it"},
 }
-
-
-def _field_of(exc: Exception) -> str | None:
-    """Which input a service error is about, from its message (best effort)."""
-    text = str(exc).lower()
-    for part, field in (
-        ("subject", "subject"),
-        ("reply-to", "reply_to"),
-        ("from", "from_addr"),
-        ("text template", "text_body"),
-        ("html template", "html_body"),
-        ("campaign name", "name"),
-        ("name", "name"),
-    ):
-        if text.startswith(part) or f"{part} " in text[:40]:
-            return field
-    return None
-
-
-def _status_of(exc: Exception) -> tuple[int, str | None]:
-    if isinstance(exc, UnknownCampaign | UnknownSubscriber):
-        return 404, None
-    if isinstance(exc, UnknownList):
-        return 422, "lists"
-    if isinstance(exc, NotARecipient):
-        return 422, "to"
-    if isinstance(exc, NothingToSend):
-        return 409, None
-    if isinstance(exc, TemplateProblem | HeaderError):
-        return 422, _field_of(exc)
-    if isinstance(exc, InvalidAddress):
-        return 422, "email"
-    if isinstance(exc, UnknownReason):
-        return 422, "reason"
-    if isinstance(exc, ListError):
-        return 422, "from_addr"
-    if isinstance(exc, UnreadableFile):
-        return 422, "file"
-    if isinstance(exc, auth.AuthError):
-        return 422, "password"
-    if isinstance(exc, CampaignError | SubscriberError):
-        return 409, None
-    return 422, None
-
-
-SERVICE_ERRORS = (
-    CampaignError,
-    SubscriberError,
-    UnknownList,
-    TemplateProblem,
-    HeaderError,
-    InvalidAddress,
-    UnknownReason,
-    ListError,
-    UnreadableFile,
-    auth.AuthError,
-)
 
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -143,16 +73,11 @@ def allowed(request: Request) -> str:
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every expected failure into the error shape."""
 
-    async def api_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
-        return body(exc.status, exc.message, exc.field)
-
-    async def service_error(_: Request, exc: Exception) -> Response:
-        status, field = _status_of(exc)
-        message = " ".join(str(exc).split())
-        if isinstance(exc, UnknownCampaign):
-            field = None
-        return body(status, message, field)
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SendDockError)
+        if request.url.path.startswith("/api/"):
+            return body(exc.status, exc.message, exc.field)
+        return error_page(request, exc)  # the dashboard, the unsubscribe pages
 
     async def not_authenticated(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, auth.NotAuthenticated)
@@ -188,15 +113,9 @@ def install(app: FastAPI) -> None:
         log.info("refused input on %s: %s", request.url.path, exc)
         return body(422, f"invalid input: {str(exc).splitlines()[0]}")
 
-    async def link_key_missing(_: Request, exc: Exception) -> Response:
-        return body(503, str(exc))
-
-    app.add_exception_handler(ApiError, api_error)
-    for kind in SERVICE_ERRORS:
-        app.add_exception_handler(kind, service_error)
+    app.add_exception_handler(SendDockError, refused)
     app.add_exception_handler(auth.NotAuthenticated, not_authenticated)
     app.add_exception_handler(auth.CsrfFailed, csrf_failed)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(psycopg.DataError, data_error)
-    app.add_exception_handler(NoLinkKey, link_key_missing)

@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from senddock.audience import suppressions
-from senddock.audience.addresses import InvalidAddress
 from senddock.audience.lists import all_lists
+from senddock.errors import SendDockError
 from senddock.web import imports, queries
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Page, db, flash, not_found, redirect, render
@@ -122,8 +122,8 @@ def suppress(
     with db(request) as conn:
         try:
             added = suppressions.add(conn, email, "manual", detail.strip() or "dashboard")
-        except InvalidAddress as exc:
-            flash(request, str(exc), "error")
+        except SendDockError as exc:
+            flash(request, exc.message, "error")
         else:
             address = email.strip()
             flash(request, f"{address} suppressed." if added else f"{address} already was.")

@@ -11,12 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from senddock import campaigns
-from senddock.audience.addresses import InvalidAddress
-from senddock.audience.lists import UnknownList, all_lists
+from senddock.audience.lists import all_lists
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
-from senddock.messages import HeaderError, TemplateProblem
+from senddock.errors import NotFound, SendDockError
 from senddock.messages.render import address_count
 from senddock.web import queries
 from senddock.web.dashboard.chart import sent_per_minute_svg
@@ -107,10 +106,8 @@ def create_campaign(
                     text_body=form["text_body"] or None,
                     html_body=form["html_body"] or None,
                 )
-            except (TemplateProblem, HeaderError, InvalidAddress, UnknownList) as exc:
-                error = str(exc)
-            except campaigns.CampaignError as exc:
-                error = str(exc)
+            except SendDockError as exc:
+                error = exc.message
             else:
                 flash(request, f"Campaign “{form['name']}” saved as a draft. Send it when ready.")
                 return redirect(f"/campaigns/{cid}")
@@ -176,10 +173,10 @@ def _act(request: Request, campaign_id: int, action: Callable[[Conn], str]) -> R
     with db(request) as conn:
         try:
             flash(request, action(conn))
-        except campaigns.UnknownCampaign:
+        except NotFound:
             return not_found(request, f"There is no campaign {campaign_id}.")
-        except campaigns.CampaignError as exc:
-            flash(request, str(exc), "error")
+        except SendDockError as exc:
+            flash(request, exc.message, "error")
     return redirect(f"/campaigns/{campaign_id}")
 
 

@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock import campaigns
 from senddock.delivery.rescuer import list_workers
+from senddock.errors import NotFound
 from senddock.web import auth, imports, queries
 from senddock.web.dashboard.campaign_pages import live_state
 from senddock.web.dashboard.gate import LoggedIn
@@ -158,7 +158,7 @@ async def campaign_events(request: Request, campaign_id: int) -> Response:
         with db(request) as conn:
             try:
                 state = live_state(conn, campaign_id, chart=tick % 2 == 0)
-            except campaigns.UnknownCampaign:
+            except NotFound:
                 return None
         return state
 

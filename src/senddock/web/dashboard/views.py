@@ -14,6 +14,7 @@ import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from senddock.errors import SendDockError
 from senddock.web import auth
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -75,6 +76,15 @@ def redirect(url: str) -> RedirectResponse:
 
 def not_found(request: Request, what: str) -> HTMLResponse:
     return render(request, "error.html", 404, title="Not found", message=what)
+
+
+TITLES = {404: "Not found", 409: "Not possible now", 503: "Not available yet"}
+
+
+def error_page(request: Request, exc: SendDockError) -> HTMLResponse:
+    """The page of a failure no form or button of the page took care of, with its status."""
+    title = TITLES.get(exc.status, "Refused")
+    return render(request, "error.html", exc.status, title=title, message=exc.message)
 
 
 @dataclass(frozen=True)
