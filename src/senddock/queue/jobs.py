@@ -35,11 +35,13 @@ Job (a row of broadcast_jobs)
                                     back | failed (rejected) at job_sender_fault_limit; a few
                                     in a row pause the broadcast (pause_for_sender_fault)
     sending, claimed, never started --release / release_orphans--> pending|retry, attempt back
+                                    (cancelled at once if its broadcast is cancelled)
     sending, owner dead --rescue--> retry as a suspect (attempt back, death counted)
     sending, owner dead holding it as its one suspect, SUSPECT_DEATHS times --rescue--> failed
                                     (rejected), never sent again
     pending|retry --cancel_jobs (campaign cancelled)--> cancelled
-    pending|retry of a cancelled broadcast (given back after the cancel) --finish--> cancelled
+    pending|retry of a cancelled broadcast (released while the cancel committed) --finish-->
+                                    cancelled
     sending of a cancelled broadcast --record_many--> its outcome still lands
     failed, address not suppressed --requeue_failed (retry-failed)--> pending, fresh budget,
                                     same Message-ID

@@ -246,26 +246,33 @@ SELECT id, status, owner, attempts FROM broadcast_jobs WHERE id = ANY(%(ids)s::b
 
 -- name: release
 -- Claims this process holds but never started (shutdown, a pause or cancel's `stop:`): back to
--- where they were, the attempt given back. Fenced like an outcome (invariant 4).
+-- where they were, the attempt given back; a cancelled broadcast's are cancelled at once (so a
+-- cancel that waits for its broadcast's claims to come back counts them as cancelled, not
+-- pending until finish). Fenced like an outcome (invariant 4).
 UPDATE broadcast_jobs j
-SET status     = CASE WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+SET status     = CASE WHEN b.status = 'cancelled' THEN 'cancelled'
+                      WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
     attempts   = j.attempts - 1,
     owner      = NULL,
     run_at     = now(),
     updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt), broadcasts b
 WHERE j.id = r.id AND j.owner = %(owner)s AND j.attempts = r.attempt AND j.status = 'sending'
+  AND b.id = j.broadcast_id
 
 -- name: release_orphans
 -- Claims of this owner that no sender holds (a claim whose commit reply was lost): released
 -- like release, since none of them was started.
-UPDATE broadcast_jobs
-SET status     = CASE WHEN attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
-    attempts   = attempts - 1,
+UPDATE broadcast_jobs j
+SET status     = CASE WHEN b.status = 'cancelled' THEN 'cancelled'
+                      WHEN j.attempts - 1 = 0 THEN 'pending' ELSE 'retry' END,
+    attempts   = j.attempts - 1,
     owner      = NULL,
     run_at     = now(),
     updated_at = now()
-WHERE owner = %(owner)s AND status = 'sending' AND NOT (id = ANY(%(held)s::bigint[]))
+FROM broadcasts b
+WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s::bigint[]))
+  AND b.id = j.broadcast_id
 
 -- name: rescue
 -- Invariant 5: only jobs of owners known dead are rescued. Which of them killed the process
