@@ -1,7 +1,9 @@
 """Versioned migrations: numbered .sql files, each applied once, in order, in its own transaction.
 
-Safe to run while workers run and from several processes at once: a transaction-level advisory
-lock serialises migrators, and every migration is additive.
+Safe to run from several processes at once: a transaction-level advisory lock serialises
+migrators. Every migration is additive, so workers of the previous version may keep running
+while it applies, except those whose header says otherwise (0011 drops campaigns.list_id,
+which a process older than it still writes: stop those first).
 """
 
 from __future__ import annotations
