@@ -46,7 +46,7 @@ from senddock.audience.importer import write_csv
 from senddock.campaigns import broadcast, create_campaign, status
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import Settings, SmtpTarget, defaulted
-from senddock.db import connect, migrate
+from senddock.db import connect, migrate, sql
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.delivery.rescuer import LOCK_CLASS
 from senddock.testing import Catcher
@@ -56,6 +56,7 @@ from senddock.testing.workers import WorkerProcess
 Conn = psycopg.Connection[dict[str, Any]]
 
 # The demo's retry schedule, and the real default it stands in for.
+QUERIES = sql.load(__package__, "demo.sql")
 DEMO_RETRIES = "1,2,2,2,2"
 USUAL_RETRIES = "30 s/2 m/8 m/30 m/1 h"
 KILL_AT = 0.40  # share of the jobs sent when the first worker is SIGKILLed
@@ -373,7 +374,7 @@ class Demo:
         """SIGKILL the worker, then show what it left in `sending`."""
         worker.kill()  # and reap it, so no zombie looks alive to the rescuer
         row = conn.execute(
-            "SELECT id FROM workers WHERE pid = %s AND host = %s ORDER BY id DESC LIMIT 1",
+            QUERIES["worker_of_pid"],
             (worker.pid, socket.gethostname()),
         ).fetchone()
         worker_id = int(row["id"]) if row else None
@@ -408,8 +409,7 @@ class Demo:
 
     def _held(self, conn: Conn, bid: int, worker_id: int | None) -> list[str]:
         rows = conn.execute(
-            "SELECT lower(email) AS email FROM broadcast_jobs"
-            " WHERE broadcast_id = %s AND status = 'sending' AND owner = %s",
+            QUERIES["held"],
             (bid, worker_id),
         ).fetchall()
         return [str(r["email"]) for r in rows]
@@ -421,8 +421,7 @@ class Demo:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             row = conn.execute(
-                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
-                " AND classid = %s AND objsubid = 2 AND objid::bigint = %s AND granted",
+                QUERIES["lock_held"],
                 (LOCK_CLASS, worker_id),
             ).fetchone()
             if row is None or int(row["n"]) == 0:
@@ -432,7 +431,7 @@ class Demo:
     def _watch_rescue(self, conn: Conn, say: Callable[..., None], kill: Kill) -> None:
         assert kill.rescued_after is not None
         row = conn.execute(
-            "SELECT count(*) AS n FROM broadcast_jobs WHERE status = 'sending' AND owner = %s",
+            QUERIES["still_sending"],
             (kill.worker_id,),
         ).fetchone()
         if row is not None and int(row["n"]) == 0:
@@ -462,15 +461,14 @@ class Demo:
         rows: dict[str, dict[str, Any]] = {
             str(r["email"]).lower(): r
             for r in conn.execute(
-                "SELECT email, status, failure, attempts FROM broadcast_jobs"
-                " WHERE broadcast_id = %s",
+                QUERIES["outcomes"],
                 (bid,),
             ).fetchall()
         }
         suppressed = {
             str(r["email"])
             for r in conn.execute(
-                "SELECT lower(email) AS email FROM suppressions WHERE source_broadcast_id = %s",
+                QUERIES["suppressed"],
                 (bid,),
             ).fetchall()
         }

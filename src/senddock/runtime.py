@@ -33,9 +33,8 @@ from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.maintainer import Maintainer, ThreadService
 from senddock.delivery.rescuer import Rescuer
 from senddock.delivery.state import Compose
-from senddock.delivery.worker import Finisher, Worker, maintenance_period
+from senddock.delivery.worker import LISTEN, Finisher, Worker, maintenance_period
 from senddock.messages import CompiledMessage, LinkSettings
-from senddock.queue import NOTIFY_CHANNEL
 
 log = logging.getLogger("senddock.worker")
 
@@ -99,7 +98,7 @@ class Enqueuer(ThreadService):
         if self.stopping.is_set():
             return None
         if conn is not self._listening:
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            conn.execute(LISTEN)
             self._listening = conn
         chunk = enqueue_chunk(conn, None, self.size)
         if chunk is None:

@@ -27,6 +27,7 @@ import psycopg
 from senddock.audience import cells
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.audience.lists import ensure_list
+from senddock.db import sql
 from senddock.errors import Invalid
 
 BATCH = 10_000
@@ -35,46 +36,7 @@ EXPORT_ONLY = {"status", "suppressed"}
 # Rejections kept on the report when no callback takes them (the rest are only counted).
 KEEP_REJECTED = 10_000
 
-# Rows of one batch; emptied by the commit that merges them.
-STAGE = """
-CREATE TEMP TABLE IF NOT EXISTS import_stage (line int, email text, name text, attrs jsonb)
-ON COMMIT DELETE ROWS
-"""
-# The addresses this import has seen (lower-cased), across batches and transactions: counting
-# the rows each batch adds tells rows from people (a case-duplicate row merges into one).
-SEEN = """
-CREATE TEMP TABLE IF NOT EXISTS import_seen (email text PRIMARY KEY) ON COMMIT PRESERVE ROWS
-"""
-COUNT_NEW = """
-INSERT INTO import_seen SELECT DISTINCT lower(email) FROM import_stage ON CONFLICT DO NOTHING
-"""
-# One statement per batch. The last row of an address in the batch wins; an unchanged
-# subscriber is not rewritten. Members: the subscribers written now (`up`), plus those that
-# existed before the statement (its snapshot), each looked up through the lower(email) index
-# (a scalar subquery: a join would hash the whole subscribers table for every batch).
-# New members are confirmed; an existing membership (unsubscribed too) is left as it is.
-MERGE_BATCH = """
-WITH up AS (
-    INSERT INTO subscribers AS s (email, name, attributes)
-    SELECT DISTINCT ON (lower(email)) email, name, attrs FROM import_stage
-    ORDER BY lower(email), line DESC
-    ON CONFLICT ((lower(email))) DO UPDATE
-    SET name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE s.name END,
-        attributes = s.attributes || EXCLUDED.attributes,
-        updated_at = now()
-    WHERE (EXCLUDED.name <> '' AND EXCLUDED.name <> s.name)
-       OR NOT (s.attributes @> EXCLUDED.attributes)
-    RETURNING s.id
-)
-INSERT INTO list_memberships (list_id, subscriber_id)
-SELECT %(list)s::bigint, id FROM up
-UNION
-SELECT %(list)s::bigint, known.id FROM (
-    SELECT (SELECT s.id FROM subscribers s WHERE lower(s.email) = lower(i.email)) AS id
-    FROM import_stage i
-) known WHERE known.id IS NOT NULL
-ON CONFLICT DO NOTHING
-"""
+QUERIES = sql.load(__package__, "importer.sql")
 
 
 class UnreadableFile(Invalid, OSError):
@@ -294,16 +256,16 @@ def prepare(conn: psycopg.Connection[dict[str, Any]], list_name: str) -> int:
     """Before the first chunk: the list (made if new) and this connection's stage table."""
     with conn.transaction():
         list_id = ensure_list(conn, list_name)
-        conn.execute(STAGE)
+        conn.execute(QUERIES["stage"])
     return list_id
 
 
 def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> None:
     """Upsert one chunk's rows and their memberships (inside the caller's transaction)."""
-    with conn.cursor().copy("COPY import_stage (line, email, name, attrs) FROM STDIN") as copy:
+    with conn.cursor().copy(QUERIES["copy_stage"]) as copy:
         for item in staged:
             copy.write_row(item)
-    conn.execute(MERGE_BATCH, {"list": list_id})
+    conn.execute(QUERIES["merge_batch"], {"list": list_id})
 
 
 def import_csv(
@@ -330,8 +292,8 @@ def import_csv(
         reader = RowReader(handle, path)  # checks the file before touching the database
         list_id = prepare(conn, list_name)
         with conn.transaction():
-            conn.execute(SEEN)
-            conn.execute("TRUNCATE import_seen")
+            conn.execute(QUERIES["seen"])
+            conn.execute(QUERIES["forget_seen"])
         ended = False
         while not ended:
             chunk = reader.chunk()
@@ -342,10 +304,10 @@ def import_csv(
                 continue
             with conn.transaction():
                 merge(conn, list_id, chunk.staged)
-                report.addresses += conn.execute(COUNT_NEW).rowcount
+                report.addresses += conn.execute(QUERIES["count_new"]).rowcount
             report.imported += len(chunk.staged)
         with conn.transaction():
-            conn.execute("DROP TABLE import_seen")  # its rows live as long as the connection
+            conn.execute(QUERIES["drop_seen"])  # its rows live as long as the connection
     return report
 
 

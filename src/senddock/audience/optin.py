@@ -12,31 +12,14 @@ from typing import Any
 import psycopg
 
 from senddock.config import Settings, SmtpTarget
+from senddock.db import sql
 from senddock.messages import LinkSettings, sign
 from senddock.smtp import Reply, SmtpSession
 
 CONFIRM = "confirm"
 Conn = psycopg.Connection[dict[str, Any]]
 
-UNCONFIRMED = """
-SELECT s.id AS subscriber_id, s.email, s.name, l.id AS list_id, l.name AS list_name, l.from_addr
-FROM list_memberships m
-JOIN subscribers s ON s.id = m.subscriber_id JOIN lists l ON l.id = m.list_id
-WHERE lower(s.email) = lower(%s) AND m.status = 'unconfirmed' AND l.double_opt_in
-ORDER BY l.name
-"""
-ABOUT = """
-SELECT s.email, l.name AS list_name, m.status
-FROM list_memberships m
-JOIN subscribers s ON s.id = m.subscriber_id JOIN lists l ON l.id = m.list_id
-WHERE m.subscriber_id = %s AND m.list_id = %s
-"""
-# Only an unconfirmed membership becomes confirmed: following an old link never undoes an
-# unsubscribe. Idempotent.
-CONFIRM_MEMBERSHIP = """
-UPDATE list_memberships SET status = 'confirmed', updated_at = now()
-WHERE subscriber_id = %s AND list_id = %s AND status = 'unconfirmed'
-"""
+QUERIES = sql.load(__package__, "optin.sql")
 
 
 def confirm_url(links: LinkSettings, key: bytes, subscriber_id: int, list_id: int) -> str:
@@ -67,7 +50,7 @@ def send_requests(
     """Send a confirmation request for each unconfirmed membership of `address`:
     (list name, the relay's reply)."""
     todo = []
-    for row in conn.execute(UNCONFIRMED, (address.strip(),)).fetchall():
+    for row in conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall():
         url = confirm_url(links, key, row["subscriber_id"], row["list_id"])
         sender = email.utils.parseaddr(row["from_addr"])[1]
         todo.append((row["list_name"], sender, row["email"], request_message(row, url)))
@@ -85,9 +68,9 @@ def send_requests(
 
 def about(conn: Conn, subscriber_id: int, list_id: int) -> dict[str, Any] | None:
     """The address, list and membership status a confirmation link is about."""
-    return conn.execute(ABOUT, (subscriber_id, list_id)).fetchone()
+    return conn.execute(QUERIES["about"], (subscriber_id, list_id)).fetchone()
 
 
 def confirm(conn: Conn, subscriber_id: int, list_id: int) -> bool:
     """Confirm the membership; False if it was not waiting for confirmation."""
-    return conn.execute(CONFIRM_MEMBERSHIP, (subscriber_id, list_id)).rowcount == 1
+    return conn.execute(QUERIES["confirm_membership"], (subscriber_id, list_id)).rowcount == 1

@@ -12,40 +12,23 @@ senddock/queue/jobs.sql, enqueue). A broadcast is not finished while it is still
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from senddock import queue
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
-from senddock.db import connect
-from senddock.queue import (
-    CHUNK,
-    FIRST_CHUNK,
-    NOTIFY_CHANNEL,
-    PARTS,
-    Chunk,
-    enqueue_all,
-    enqueue_chunk,
-)
+from senddock.queue import CHUNK, FIRST_CHUNK, PARTS, enqueue_all, enqueue_chunk
 
 __all__ = [
     "CHUNK",
     "FIRST_CHUNK",
     "PARTS",
-    "Chunk",
     "NothingToSend",
     "broadcast",
     "enqueue_all",
     "enqueue_chunk",
-    "run_enqueuer",
 ]
-
-log = logging.getLogger("senddock.enqueue")
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -84,51 +67,3 @@ def broadcast(conn: Conn, campaign_id: int) -> tuple[int, int, bool]:
                 f"campaign {campaign_id}: its list has no confirmed, unsuppressed subscriber"
             )
     return chunk.broadcast_id, chunk.jobs, True
-
-
-async def run_enqueuer(
-    url: str,
-    stopping: asyncio.Event,
-    woke: Callable[[], None],
-    size: int = CHUNK,
-    idle: float = 1.0,
-) -> None:
-    """A worker's enqueue task: carry every broadcast being enqueued to its end, chunk by chunk.
-
-    Runs the chunks on a connection of its own in a thread (each commits on its own, so
-    stopping between two loses nothing); waits for a NOTIFY, or `idle` seconds, when there is
-    nothing to do. `woke` is called after each chunk that inserted jobs (senders wake up).
-    """
-    conn: Conn | None = None
-    delay = 0.05
-    while not stopping.is_set():
-        try:
-            if conn is None or conn.closed:
-                conn = await asyncio.to_thread(_listening, url)
-            chunk = await asyncio.to_thread(enqueue_chunk, conn, None, size)
-            delay = 0.05
-            if chunk is None:
-                await asyncio.to_thread(_wait_notify, conn, idle)
-            elif chunk.jobs:
-                woke()
-        except psycopg.OperationalError as exc:
-            log.warning("enqueue interrupted (%s); retrying", " ".join(str(exc).split()))
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.close()
-            conn = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    if conn is not None:
-        conn.close()
-
-
-def _listening(url: str) -> Conn:
-    conn = connect(url)
-    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-    return conn
-
-
-def _wait_notify(conn: Conn, timeout: float) -> None:
-    for _ in conn.notifies(timeout=timeout, stop_after=1):
-        pass

@@ -18,6 +18,7 @@ import psycopg
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.campaigns.template_check import check_names
+from senddock.db import sql
 from senddock.errors import Conflict, NotFound
 from senddock.messages import check_header, compile_message
 from senddock.queue import Campaign, finish_sync, lock_campaign
@@ -27,6 +28,8 @@ from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for th
 from senddock.queue.counts import FAILURES as FAILURES
 from senddock.queue.counts import JOB_STATUSES as JOB_STATUSES
 from senddock.queue.counts import Failure, JobState, count, last_problem
+
+QUERIES = sql.load(__package__, "campaigns.sql")
 
 
 class CampaignError(Conflict, ValueError):
@@ -89,8 +92,7 @@ def _insert(
     send_at: datetime | None,
 ) -> int:
     row = conn.execute(
-        "INSERT INTO campaigns (name, subject, from_addr, reply_to, text_body,"
-        " html_body, send_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        QUERIES["insert_campaign"],
         (
             name,
             subject,
@@ -103,28 +105,11 @@ def _insert(
     ).fetchone()
     assert row is not None
     conn.execute(
-        "INSERT INTO campaign_lists (campaign_id, list_id) SELECT %s, unnest(%s::bigint[])",
+        QUERIES["insert_campaign_lists"],
         (row["id"], list_ids),
     )
     return int(row["id"])
 
-
-# The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py).
-STATUS = """
-SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
-       b.final_counts, c.send_at, c.schedule_error,
-       -- Worker processes that died holding its jobs (delivery/rescuer.py): their number and
-       -- the latest, so a crash-looping worker shows where a person looks.
-       (SELECT count(*) FROM worker_deaths d
-        WHERE d.broadcast_ids @> ARRAY[c.broadcast_id]) AS worker_deaths,
-       (SELECT to_char(d.found_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-               || ' ' || d.host || ' pid ' || d.pid || ': ' || d.reason
-        FROM worker_deaths d WHERE d.broadcast_ids @> ARRAY[c.broadcast_id]
-        ORDER BY d.found_at DESC, d.id DESC LIMIT 1) AS last_worker_death,
-       b.status = 'cancelled' OR NOT EXISTS (SELECT 1 FROM broadcast_enqueues e
-                                          WHERE e.broadcast_id = c.broadcast_id) AS enqueue_done
-FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %s
-"""
 
 # A job's status, and for a failed one the reason it failed: what a recipient can show.
 JobStatus = Literal[JobState, Failure]
@@ -135,8 +120,8 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
     with conn.transaction():
         finish_sync(conn)
     with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        c = conn.execute(STATUS, (campaign_id,)).fetchone()
+        conn.execute(QUERIES["snapshot"])
+        c = conn.execute(QUERIES["status"], (campaign_id,)).fetchone()
         if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
         counts = count(conn, c["broadcast_id"])  # the one count: exact after retention too

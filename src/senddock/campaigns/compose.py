@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
+from senddock.db import sql
 from senddock.errors import Invalid, Unavailable
 from senddock.messages import (
     CompiledMessage,
@@ -24,15 +25,7 @@ from senddock.messages import (
     compile_message,
 )
 
-# The key made by migration 0003; SENDDOCK_SECRET_KEY overrides it.
-LINK_KEY = "SELECT value FROM app_secrets WHERE name = 'link_key'"
-MESSAGE_OF_CAMPAIGN = """
-SELECT id, subject, from_addr, reply_to, text_body, html_body FROM campaigns WHERE id = %(id)s
-"""
-MESSAGE_OF_BROADCAST = """
-SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body
-FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
-"""
+QUERIES = sql.load(__package__, "compose.sql")
 
 
 class NoLinkKey(Unavailable, RuntimeError):
@@ -51,7 +44,7 @@ def link_key(conn: psycopg.Connection[dict[str, Any]], settings: LinkSettings) -
     """The key that signs and checks links."""
     if settings.secret_key:
         return settings.secret_key.encode()
-    return _key(conn.execute(LINK_KEY).fetchone(), settings)
+    return _key(conn.execute(QUERIES["link_key"]).fetchone(), settings)
 
 
 def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[CompiledMessage, str]:
@@ -78,7 +71,7 @@ def for_campaign(
     conn: psycopg.Connection[dict[str, Any]], campaign_id: int, settings: LinkSettings
 ) -> tuple[CompiledMessage, str] | None:
     """The compiled message of a campaign; None if there is no such campaign."""
-    row = conn.execute(MESSAGE_OF_CAMPAIGN, {"id": campaign_id}).fetchone()
+    row = conn.execute(QUERIES["message_of_campaign"], {"id": campaign_id}).fetchone()
     if row is None:
         return None
     return build(row, link_key(conn, settings), settings)
@@ -88,41 +81,26 @@ async def for_broadcast(
     conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int, settings: LinkSettings
 ) -> tuple[CompiledMessage, str] | None:
     """The compiled message of a broadcast's campaign (the worker's way in)."""
-    cur = await conn.execute(MESSAGE_OF_BROADCAST, {"id": broadcast_id})
+    cur = await conn.execute(QUERIES["message_of_broadcast"], {"id": broadcast_id})
     row = await cur.fetchone()
     if row is None:
         return None
     stored = None
     if not settings.secret_key:
-        stored = await (await conn.execute(LINK_KEY)).fetchone()
+        stored = await (await conn.execute(QUERIES["link_key"])).fetchone()
     try:
         return build(row, _key(stored, settings), settings)
     except HeaderError as exc:  # checked at create; only a hand-edited row gets here
         raise TemplateProblem(str(exc), field=exc.field) from exc
 
 
-SUBSCRIBER = "SELECT id, email, name, attributes FROM subscribers WHERE lower(email) = lower(%s)"
-
-
 def recipient_for(conn: psycopg.Connection[dict[str, Any]], address: str) -> Recipient:
     """A subscriber as a Recipient; any other address as a subscriber with no data (id 0,
     whose unsubscribe link unsubscribes nobody)."""
-    row = conn.execute(SUBSCRIBER, (address.strip(),)).fetchone()
+    row = conn.execute(QUERIES["subscriber"], (address.strip(),)).fetchone()
     if row is None:
         return Recipient(address.strip(), "", {}, 0)
     return Recipient(row["email"], row["name"], row["attributes"] or {}, int(row["id"]))
-
-
-# The campaign's lists, and the subscriber with that address if they are on one of them.
-MEMBER = """
-SELECT (SELECT string_agg(l.name, ', ' ORDER BY l.name) FROM campaign_lists cl
-        JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = %(c)s) AS lists,
-       s.id, s.email, s.name, s.attributes
-FROM (SELECT 1) AS one
-LEFT JOIN subscribers s ON lower(s.email) = lower(%(a)s)
-     AND EXISTS (SELECT 1 FROM list_memberships m JOIN campaign_lists cl ON cl.list_id = m.list_id
-                 WHERE cl.campaign_id = %(c)s AND m.subscriber_id = s.id)
-"""
 
 
 class NotARecipient(Invalid, CampaignError):
@@ -134,7 +112,7 @@ def member_of(
     conn: psycopg.Connection[dict[str, Any]], campaign_id: int, address: str
 ) -> Recipient:
     """The subscriber `address` as a Recipient, if they are on one of the campaign's lists."""
-    row = conn.execute(MEMBER, {"c": campaign_id, "a": address.strip()}).fetchone()
+    row = conn.execute(QUERIES["member"], {"c": campaign_id, "a": address.strip()}).fetchone()
     if row is None or row["id"] is None:
         lists = f" ({row['lists']})" if row and row["lists"] else ""
         raise NotARecipient(

@@ -9,6 +9,7 @@ import psycopg
 
 from senddock import queue
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES, CampaignError, UnknownCampaign
+from senddock.db import sql
 
 COLUMNS = (
     "email",
@@ -22,34 +23,13 @@ COLUMNS = (
     "last_reply",
 )
 
-# One row per job, filtered by job status or by failure reason and searched by address (an
-# ILIKE pattern), in the order the subscribers joined (a chunk's jobs are not inserted in that
-# order). The CLI streams them all; the API and the dashboard show a page.
-_COLUMNS = """
-SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
-       j.last_code, j.last_enhanced, j.last_reply, j.last_stage"""
-_ROWS = """
-FROM broadcast_jobs j
-WHERE j.broadcast_id = %(b)s
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(failure)s::text IS NULL OR j.failure = %(failure)s)
-  AND (%(q)s::text IS NULL OR j.email ILIKE %(q)s)
-ORDER BY j.subscriber_id
-"""
-RECIPIENTS = _COLUMNS + _ROWS
-RECIPIENTS_PAGE = RECIPIENTS + "LIMIT %(limit)s OFFSET %(offset)s"
-# The same page with how many rows match in all, counted in the page's own snapshot.
-RECIPIENTS_PAGE_COUNTED = (
-    _COLUMNS + ", count(*) OVER () AS full_count" + _ROWS + "LIMIT %(limit)s OFFSET %(offset)s"
-)
+QUERIES = sql.load(__package__, "recipients.sql")
 
 Conn = psycopg.Connection[dict[str, Any]]
 
 
 def _broadcast_of(conn: Conn, campaign_id: int) -> int:
-    row = conn.execute(
-        "SELECT broadcast_id FROM campaigns WHERE id = %s", (campaign_id,)
-    ).fetchone()
+    row = conn.execute(QUERIES["broadcast_of"], (campaign_id,)).fetchone()
     if row is None:
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
     if row["broadcast_id"] is None:
@@ -58,8 +38,8 @@ def _broadcast_of(conn: Conn, campaign_id: int) -> int:
 
 
 def filtered(broadcast_id: int, status: str | None, pattern: str | None) -> dict[str, Any]:
-    """RECIPIENTS' parameters: `status` is a job status or a failure reason (else no filter),
-    `pattern` an ILIKE pattern or None."""
+    """The parameters of recipients.sql's statements: `status` is a job status or a failure
+    reason (else no filter), `pattern` an ILIKE pattern or None."""
     return {
         "b": broadcast_id,
         "status": status if status in JOB_STATUSES else None,
@@ -77,10 +57,10 @@ def page(
     offset: int,
     counted: bool = False,
 ) -> list[dict[str, Any]]:
-    """One page of RECIPIENTS; with `counted`, each row also has `full_count`."""
+    """One page of the recipients; with `counted`, each row also has `full_count`."""
     params = {**filtered(broadcast_id, status, pattern), "limit": limit, "offset": offset}
-    sql = RECIPIENTS_PAGE_COUNTED if counted else RECIPIENTS_PAGE
-    return conn.execute(sql, params).fetchall()
+    statement = QUERIES["recipients_page_counted" if counted else "recipients_page"]
+    return conn.execute(statement, params).fetchall()
 
 
 def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Iterator[dict[str, Any]]:
@@ -94,7 +74,7 @@ def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Itera
     params = filtered(_broadcast_of(conn, campaign_id), status, None)
     with conn.transaction(), conn.cursor(name="senddock_recipients") as cur:
         cur.itersize = 2000
-        cur.execute(RECIPIENTS, params)
+        cur.execute(QUERIES["recipients"], params)
         yield from cur
 
 

@@ -16,11 +16,12 @@ import psycopg
 from senddock import queue
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
-from senddock.db import connect
+from senddock.db import connect, sql
 
 log = logging.getLogger("senddock.scheduler")
 
 Conn = psycopg.Connection[dict[str, Any]]
+QUERIES = sql.load(__package__, "scheduler.sql")
 
 
 def schedule(conn: Conn, campaign_id: int, at: datetime | None) -> None:
@@ -50,7 +51,7 @@ def refuse_past(conn: Conn, at: datetime | None) -> None:
     """
     if at is None:
         return
-    row = conn.execute("SELECT %s::timestamptz <= now() AS past", (at,)).fetchone()
+    row = conn.execute(QUERIES["in_past"], (at,)).fetchone()
     if row is not None and row["past"]:
         raise SendTimeInPast(
             f"the send time {at.isoformat()} is in the past; to send now, use `campaign send`"

@@ -18,6 +18,7 @@ from jinja2 import StrictUndefined, TemplateError, UndefinedError
 from jinja2.exceptions import TemplateRuntimeError
 from jinja2.utils import missing
 
+from senddock.db import sql
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
 from senddock.messages.render import (
     PART_FIELDS,
@@ -27,14 +28,8 @@ from senddock.messages.render import (
     template_line,
 )
 
-SAMPLE = 20
-# Up to SAMPLE subscribers of the lists, read along the membership key (cheap on any list).
-SUBSCRIBERS = """
-SELECT s.id, s.email, s.name, s.attributes FROM subscribers s
-WHERE s.id IN (SELECT m.subscriber_id FROM list_memberships m
-               WHERE m.list_id = ANY(%(lists)s::bigint[])
-               ORDER BY m.subscriber_id LIMIT %(n)s)
-"""
+QUERIES = sql.load(__package__, "template_check.sql")
+SAMPLE = 20  # subscribers the template is checked against
 
 
 class UnknownName(UndefinedError):
@@ -77,7 +72,7 @@ _HTML = strict_sandbox(_Strict, autoescape=True)
 
 
 def _sample(conn: psycopg.Connection[dict[str, Any]], list_ids: Sequence[int]) -> list[Recipient]:
-    rows = conn.execute(SUBSCRIBERS, {"lists": list(list_ids), "n": SAMPLE}).fetchall()
+    rows = conn.execute(QUERIES["subscribers"], {"lists": list(list_ids), "n": SAMPLE}).fetchall()
     found = [
         Recipient(r["email"], r["name"], SampleAttributes(r["attributes"] or {}), int(r["id"]))
         for r in rows

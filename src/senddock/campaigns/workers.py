@@ -10,17 +10,16 @@ from typing import Any
 
 import psycopg
 
-LIVE = """
-SELECT count(*) AS n FROM workers
-WHERE NOT stopping AND now() - heartbeat_at <= make_interval(secs => %(lease)s)
-"""
+from senddock.db import sql
+
+QUERIES = sql.load(__package__, "workers.sql")
 
 NO_WORKER = "no worker is running: nothing will be sent until `senddock worker` runs"
 
 
 def live_workers(conn: psycopg.Connection[dict[str, Any]], lease_seconds: float) -> int:
     """How many workers have beaten their heartbeat within the lease."""
-    row = conn.execute(LIVE, {"lease": lease_seconds}).fetchone()
+    row = conn.execute(QUERIES["live"], {"lease": lease_seconds}).fetchone()
     return int(row["n"]) if row else 0
 
 

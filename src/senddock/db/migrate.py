@@ -12,9 +12,11 @@ from importlib import resources
 
 import psycopg
 
+from senddock.db import sql
 from senddock.errors import Unavailable
 
 _LOCK_KEY = 0x53454E44  # "SEND"
+QUERIES = sql.load(__package__, "migrate.sql")
 
 
 class MigrationError(Unavailable, RuntimeError):
@@ -33,29 +35,23 @@ def available() -> list[tuple[int, str, str]]:
 
 def applied(conn: psycopg.Connection[dict[str, object]]) -> set[int]:
     """Versions already applied; empty when the schema was never created."""
-    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS e").fetchone()
+    exists = conn.execute(QUERIES["schema_exists"]).fetchone()
     if not exists or not exists["e"]:
         return set()
-    return {int(str(r["version"])) for r in conn.execute("SELECT version FROM schema_migrations")}
+    return {int(str(r["version"])) for r in conn.execute(QUERIES["applied"])}
 
 
 def migrate(conn: psycopg.Connection[dict[str, object]]) -> list[str]:
     """Apply what is missing; return the names applied. Idempotent."""
     done: list[str] = []
-    for version, name, sql in available():
+    for version, name, script in available():
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
+            conn.execute(QUERIES["lock"], (_LOCK_KEY,))
+            conn.execute(QUERIES["bookkeeping"])
             if version in applied(conn):
                 continue
-            conn.execute(sql.encode())
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
-            )
+            conn.execute(script.encode())
+            conn.execute(QUERIES["record"], (version, name))
             done.append(name)
     return done
 

@@ -17,12 +17,14 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from senddock import queue
+from senddock.db import sql
 from senddock.delivery.maintainer import Service
 from senddock.queue.counts import counts_of_async, last_problem_async
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
 CLEANER_LOCK = (1397048900, 2)
+QUERIES = sql.load(__package__, "cleaner.sql")
 # Jobs deleted per transaction, and transactions per pass: a pass stays well under a second.
 BATCH = 5_000
 BATCHES_PER_PASS = 10
@@ -54,7 +56,7 @@ async def clean(conn: AsyncConn, days: int, batches: int = BATCHES_PER_PASS) -> 
     """
     if days <= 0:
         return 0
-    cur = await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS ok", CLEANER_LOCK)
+    cur = await conn.execute(QUERIES["try_lock"], CLEANER_LOCK)
     got = await cur.fetchone()
     if not got or not got["ok"]:
         return 0
@@ -69,7 +71,7 @@ async def clean(conn: AsyncConn, days: int, batches: int = BATCHES_PER_PASS) -> 
                 break
         return deleted
     finally:
-        await conn.execute("SELECT pg_advisory_unlock(%s, %s)", CLEANER_LOCK)
+        await conn.execute(QUERIES["unlock"], CLEANER_LOCK)
 
 
 class Cleaner(Service):

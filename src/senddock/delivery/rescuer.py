@@ -31,12 +31,14 @@ import psycopg
 from psycopg import AsyncConnection
 
 from senddock import queue
+from senddock.db import sql
 from senddock.delivery.maintainer import Service
 from senddock.delivery.state import Lease
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 
 LOCK_CLASS = 0x5344  # first key of every worker's advisory lock; the second is the worker id
+QUERIES = sql.load(__package__, "rescuer.sql")
 
 
 @dataclass(frozen=True)
@@ -77,101 +79,10 @@ def process_alive(pid: int, started: str) -> bool:
     return now is not None and (not started or now == started)
 
 
-REGISTER = """
-INSERT INTO workers (host, boot_id, pid, pid_started, concurrency)
-VALUES (%(host)s, %(boot_id)s, %(pid)s, %(pid_started)s, %(concurrency)s)
-RETURNING id
-"""
-HEARTBEAT = "UPDATE workers SET heartbeat_at = now() WHERE id = %(id)s RETURNING id"
-LOCK = "SELECT pg_advisory_lock(%(cls)s, %(id)s::int)"
-STOPPING = "UPDATE workers SET stopping = true WHERE id = %(id)s"
-DEREGISTER = "DELETE FROM workers WHERE id = %(id)s"
-
-# Peers as the database sees them: heartbeat age on the database clock (from the later of the
-# heartbeat and the server's start) and whether the peer's heartbeat connection holds its lock.
-PEERS = """
-SELECT w.id, w.host, w.boot_id, w.pid, w.pid_started,
-       extract(epoch FROM now() - greatest(w.heartbeat_at, pg_postmaster_start_time()))
-           AS age,
-       EXISTS (SELECT 1 FROM pg_locks l
-               WHERE l.locktype = 'advisory' AND l.classid = %(cls)s AND l.objsubid = 2
-                 AND l.objid::bigint = w.id AND l.granted
-                 -- worker ids repeat across databases on one server: only ours count
-                 AND l.database = (SELECT oid FROM pg_database
-                                   WHERE datname = current_database())) AS locked
-FROM workers w WHERE w.id <> %(me)s
-"""
-# Owners of `sending` jobs that have no row at all (their row was removed as dead).
-UNKNOWN_OWNERS = """
-SELECT DISTINCT j.owner AS id FROM broadcast_jobs j
-WHERE j.status = 'sending' AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = j.owner)
-"""
-# Declare dead, and write down each death with what it held (worker_deaths: `campaign status`,
-# the dashboard and /metrics show them). For a lease lapse the age is checked again in the same
-# statement, so a heartbeat that landed since the look keeps the worker alive. The reason is the
-# one its supervisor or its own last words left (`exit_reason`), else how it was found dead.
-BURY = """
-WITH buried AS (
-    DELETE FROM workers w
-    WHERE w.id = ANY(%(known_dead)s::bigint[])
-       OR (w.id = ANY(%(lapsed)s::bigint[])
-           AND now() - greatest(w.heartbeat_at, pg_postmaster_start_time())
-               > make_interval(secs => %(lease)s))
-    RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.exit_reason
-), held AS (
-    SELECT j.owner, count(*) AS n, array_agg(DISTINCT j.broadcast_id) AS broadcast_ids
-    FROM broadcast_jobs j
-    WHERE j.status = 'sending' AND j.owner IN (SELECT id FROM buried)
-    GROUP BY j.owner
-), noted AS (
-    INSERT INTO worker_deaths
-        (worker_id, host, pid, started_at, last_heartbeat, reason, jobs_held, broadcast_ids)
-    SELECT b.id, b.host, b.pid, b.started_at, b.heartbeat_at,
-           coalesce(b.exit_reason,
-                    CASE WHEN b.id = ANY(%(known_dead)s::bigint[])
-                         THEN 'process gone (no exit status known: SIGKILL, OOM or a crash)'
-                         ELSE 'no heartbeat for '
-                              || round(extract(epoch FROM now() - b.heartbeat_at))::text || ' s'
-                    END),
-           coalesce(h.n, 0), coalesce(h.broadcast_ids, '{}')
-    FROM buried b LEFT JOIN held h ON h.owner = b.id
-)
-SELECT id FROM buried
-"""
-# A worker that stops on an error it cannot outlast says why before it deregisters.
-LAST_WORDS = """
-WITH gone AS (
-    DELETE FROM workers w WHERE w.id = %(id)s
-    RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at
-)
-INSERT INTO worker_deaths
-    (worker_id, host, pid, started_at, last_heartbeat, reason, jobs_held, broadcast_ids)
-SELECT g.id, g.host, g.pid, g.started_at, g.heartbeat_at, %(reason)s,
-       (SELECT count(*) FROM broadcast_jobs j WHERE j.owner = g.id AND j.status = 'sending'),
-       coalesce((SELECT array_agg(DISTINCT j.broadcast_id) FROM broadcast_jobs j
-                 WHERE j.owner = g.id AND j.status = 'sending'), '{}')
-FROM gone g
-"""
-# The supervisor's word on a child that exited: on its row if it is still there, else on the
-# death its peer wrote down a moment ago.
-EXIT_REASON = """
-WITH live AS (
-    UPDATE workers SET exit_reason = %(reason)s
-    WHERE host = %(host)s AND pid = %(pid)s AND pid_started = %(pid_started)s
-    RETURNING id
-)
-UPDATE worker_deaths d SET reason = %(reason)s
-WHERE NOT EXISTS (SELECT 1 FROM live) AND d.id = (
-    SELECT id FROM worker_deaths
-    WHERE host = %(host)s AND pid = %(pid)s AND found_at > now() - interval '10 minutes'
-    ORDER BY found_at DESC LIMIT 1)
-"""
-
-
 async def register(conn: AsyncConn, me: Identity, concurrency: int) -> int:
     """Insert this worker's row and take its lock on `conn` (which must stay open)."""
     cur = await conn.execute(
-        REGISTER,
+        QUERIES["register"],
         {
             "host": me.host,
             "boot_id": me.boot_id,
@@ -183,31 +94,31 @@ async def register(conn: AsyncConn, me: Identity, concurrency: int) -> int:
     row = await cur.fetchone()
     assert row is not None
     worker_id = int(row["id"])
-    await conn.execute(LOCK, {"cls": LOCK_CLASS, "id": worker_id})
+    await conn.execute(QUERIES["lock"], {"cls": LOCK_CLASS, "id": worker_id})
     return worker_id
 
 
 async def relock(conn: AsyncConn, worker_id: int) -> None:
     """Take this worker's lock again on a new heartbeat connection."""
-    await conn.execute(LOCK, {"cls": LOCK_CLASS, "id": worker_id})
+    await conn.execute(QUERIES["lock"], {"cls": LOCK_CLASS, "id": worker_id})
 
 
 async def heartbeat(conn: AsyncConn, worker_id: int) -> bool:
     """Refresh the heartbeat; False when this worker was declared dead."""
-    cur = await conn.execute(HEARTBEAT, {"id": worker_id})
+    cur = await conn.execute(QUERIES["heartbeat"], {"id": worker_id})
     return await cur.fetchone() is not None
 
 
 async def mark_stopping(conn: AsyncConn, worker_id: int) -> None:
-    await conn.execute(STOPPING, {"id": worker_id})
+    await conn.execute(QUERIES["stopping"], {"id": worker_id})
 
 
 async def deregister(conn: AsyncConn, worker_id: int, reason: str | None = None) -> None:
     """Remove this worker's row; with a `reason`, as a death, written down with what it held."""
     if reason is None:
-        await conn.execute(DEREGISTER, {"id": worker_id})
+        await conn.execute(QUERIES["deregister"], {"id": worker_id})
     else:
-        await conn.execute(LAST_WORDS, {"id": worker_id, "reason": reason[:1000]})
+        await conn.execute(QUERIES["last_words"], {"id": worker_id, "reason": reason[:1000]})
 
 
 def note_exit(conn: psycopg.Connection[Any], ident: Identity, reason: str) -> None:
@@ -218,7 +129,7 @@ def note_exit(conn: psycopg.Connection[Any], ident: Identity, reason: str) -> No
         "pid_started": ident.pid_started,
         "reason": reason[:1000],
     }
-    conn.execute(EXIT_REASON, params)
+    conn.execute(QUERIES["exit_reason"], params)
 
 
 async def sweep(
@@ -234,7 +145,7 @@ async def sweep(
     `judge_lapses=False`: the caller was itself cut off from the database within the last
     lease, so a peer's lapsed heartbeat proves nothing yet; only the same-host rule applies.
     """
-    cur = await conn.execute(PEERS, {"cls": LOCK_CLASS, "me": me})
+    cur = await conn.execute(QUERIES["peers"], {"cls": LOCK_CLASS, "me": me})
     known_dead: list[int] = []
     lapsed: list[int] = []
     for peer in await cur.fetchall():
@@ -253,10 +164,10 @@ async def sweep(
         buried: list[int] = []
         if known_dead or lapsed:
             cur = await conn.execute(
-                BURY, {"known_dead": known_dead, "lapsed": lapsed, "lease": lease}
+                QUERIES["bury"], {"known_dead": known_dead, "lapsed": lapsed, "lease": lease}
             )
             buried = [int(r["id"]) for r in await cur.fetchall()]
-        cur = await conn.execute(UNKNOWN_OWNERS)
+        cur = await conn.execute(QUERIES["unknown_owners"])
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
         return await queue.rescue(conn, sorted(set(buried) | set(owners)))
 
@@ -290,32 +201,9 @@ class Rescuer(Service):
         self.lease.grant_grace()
 
 
-LIST = """
-SELECT w.id, w.host, w.pid, w.concurrency, w.started_at, w.heartbeat_at, w.stopping,
-       extract(epoch FROM now() - w.heartbeat_at)::float AS heartbeat_age,
-       (SELECT count(*) FROM broadcast_jobs j WHERE j.owner = w.id AND j.status = 'sending')
-           AS holding
-FROM workers w ORDER BY w.id
-"""
-
-
 def list_workers(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
     """Registered workers with heartbeat age (database clock) and the jobs each holds."""
-    return conn.execute(LIST).fetchall()
-
-
-DEATHS = """
-SELECT d.id, d.worker_id, d.host, d.pid, d.started_at, d.last_heartbeat, d.found_at,
-       d.reason, d.jobs_held, d.broadcast_ids
-FROM worker_deaths d
-WHERE %(broadcast_id)s::bigint IS NULL OR d.broadcast_ids @> ARRAY[%(broadcast_id)s::bigint]
-ORDER BY d.found_at DESC, d.id DESC
-LIMIT %(limit)s
-"""
-DEATH_COUNT = """
-SELECT count(*) AS n, max(found_at) AS last_at FROM worker_deaths d
-WHERE %(broadcast_id)s::bigint IS NULL OR d.broadcast_ids @> ARRAY[%(broadcast_id)s::bigint]
-"""
+    return conn.execute(QUERIES["list"]).fetchall()
 
 
 @dataclass(frozen=True)
@@ -333,8 +221,8 @@ def deaths(
 ) -> Deaths:
     """How many worker deaths (that held `broadcast_id`'s jobs, if given), and the latest."""
     params = {"broadcast_id": broadcast_id, "limit": limit}
-    head = conn.execute(DEATH_COUNT, params).fetchone()
-    recent = conn.execute(DEATHS, params).fetchall()
+    head = conn.execute(QUERIES["death_count"], params).fetchone()
+    recent = conn.execute(QUERIES["deaths"], params).fetchall()
     assert head is not None
     return Deaths(
         count=int(head["n"]),

@@ -12,8 +12,11 @@ import asyncio
 import logging
 import time
 
+from psycopg import sql as pgsql
+
 from senddock import queue
 from senddock.config import Settings, SmtpTarget
+from senddock.db import sql
 from senddock.delivery import processes, rescuer
 from senddock.delivery.link import Link
 from senddock.delivery.maintainer import Maintainer, Service
@@ -25,6 +28,10 @@ from senddock.delivery.state import Claims, Compose, Control, Lease, Messages, R
 from senddock.queue import NOTIFY_CHANNEL, AsyncConn
 
 log = logging.getLogger("senddock.worker")
+
+QUERIES = sql.load(__package__, "worker.sql")
+# LISTEN takes a channel name, not a parameter: the one channel, written in as an identifier.
+LISTEN = pgsql.SQL(QUERIES["listen"]).format(channel=pgsql.Identifier(NOTIFY_CHANNEL))
 
 
 class Heartbeat(Service):
@@ -67,7 +74,7 @@ class Listener(Service):
         self.control = control
 
     async def run_once(self, conn: AsyncConn) -> float | None:
-        await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        await conn.execute(LISTEN)
         async for note in conn.notifies():
             if note.payload.startswith("stop:"):
                 # Paused or cancelled: senders give back what they have not started.

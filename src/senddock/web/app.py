@@ -39,7 +39,7 @@ from starlette.types import ASGIApp
 from senddock.audience import optin, suppressions
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
-from senddock.db import connect
+from senddock.db import connect, sql
 from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
 from senddock.runtime import build_worker, serve_maintainer
 from senddock.web import (
@@ -59,11 +59,7 @@ log = logging.getLogger("senddock.web")
 Pool = ConnectionPool[psycopg.Connection[DictRow]]
 STATIC = Path(__file__).resolve().parent / "static"
 SESSION_COOKIE = "senddock_session"
-SESSION_KEY = "SELECT value FROM app_secrets WHERE name = 'session_key'"
-MAKE_SESSION_KEY = """
-INSERT INTO app_secrets (name, value)
-VALUES ('session_key', %s) ON CONFLICT (name) DO NOTHING
-"""
+QUERIES = sql.load(__package__, "app.sql")
 
 PAGE_STYLE = (
     "body{font:16px/1.5 system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}\n"
@@ -202,8 +198,8 @@ def session_secret(settings: Settings, database_url: str) -> str:
     if settings.session_secret:
         return settings.session_secret
     with connect(database_url) as conn:
-        conn.execute(MAKE_SESSION_KEY, (secrets.token_hex(32),))
-        row = conn.execute(SESSION_KEY).fetchone()
+        conn.execute(QUERIES["make_session_key"], (secrets.token_hex(32),))
+        row = conn.execute(QUERIES["session_key"]).fetchone()
     assert row is not None
     return str(row["value"])
 

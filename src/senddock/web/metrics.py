@@ -24,7 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from psycopg_pool import PoolTimeout
 
-from senddock.db import check_current
+from senddock.db import check_current, sql
 from senddock.db.migrate import MigrationError
 from senddock.queue.counts import FAILURES, JOB_STATUSES, all_counts
 from senddock.web import auth
@@ -38,31 +38,7 @@ router = APIRouter()
 NO_DATABASE = "the database check failed (the server log says why)"
 SCHEMA_BEHIND = "the database schema is not current: run 'senddock migrate'"
 
-# Claim-to-send latency of the messages sent in the last `window` (recent rows only).
-LATENCY = """
-SELECT count(*) AS n, coalesce(sum(extract(epoch FROM sent_at - claimed_at)), 0)::float AS total,
-       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP
-           (ORDER BY extract(epoch FROM sent_at - claimed_at)) AS q
-FROM broadcast_jobs
-WHERE status = 'sent' AND claimed_at IS NOT NULL AND sent_at >= now() - interval '15 minutes'
-"""
-REPLIES = """
-SELECT (last_code / 100)::text || 'xx' AS class, count(*) AS n FROM broadcast_jobs
-WHERE last_code BETWEEN 200 AND 599 GROUP BY 1
-"""
-WORKERS = """
-SELECT count(*) FILTER (WHERE heartbeat_at > now() - make_interval(secs => %s)) AS live,
-       count(*) AS registered
-FROM workers
-"""
-# Worker processes found dead (delivery/rescuer.py), and the latest one's time and reason.
-DEATHS = """
-SELECT (SELECT count(*) FROM worker_deaths) AS n,
-       extract(epoch FROM d.found_at)::float AS at, d.reason
-FROM (SELECT 1) one LEFT JOIN LATERAL (
-    SELECT found_at, reason FROM worker_deaths ORDER BY found_at DESC, id DESC LIMIT 1
-) d ON true
-"""
+QUERIES = sql.load(__package__, "metrics.sql")
 
 
 class QueueCollector(Collector):
@@ -96,7 +72,7 @@ class QueueCollector(Collector):
             depth.add_metric([status], float(getattr(counts, status)))
         yield depth
 
-        lat = c.execute(LATENCY).fetchone()
+        lat = c.execute(QUERIES["latency"]).fetchone()
         assert lat is not None
         yield SummaryMetricFamily(
             "senddock_claim_to_send_seconds",
@@ -119,12 +95,12 @@ class QueueCollector(Collector):
             "Jobs by the class of the last SMTP reply (2xx, 4xx, 5xx)",
             labels=["class"],
         )
-        found = {str(r["class"]): int(r["n"]) for r in c.execute(REPLIES).fetchall()}
+        found = {str(r["class"]): int(r["n"]) for r in c.execute(QUERIES["replies"]).fetchall()}
         for klass in ("2xx", "3xx", "4xx", "5xx"):
             replies.add_metric([klass], float(found.get(klass, 0)))
         yield replies
 
-        w = c.execute(WORKERS, (self.lease,)).fetchone()
+        w = c.execute(QUERIES["workers"], (self.lease,)).fetchone()
         assert w is not None
         yield GaugeMetricFamily(
             "senddock_workers_live",
@@ -135,7 +111,7 @@ class QueueCollector(Collector):
             "senddock_workers_registered", "Registered worker rows", value=float(w["registered"])
         )
 
-        d = c.execute(DEATHS).fetchone()
+        d = c.execute(QUERIES["deaths"]).fetchone()
         assert d is not None
         yield CounterMetricFamily(
             "senddock_worker_deaths",

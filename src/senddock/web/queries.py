@@ -105,7 +105,7 @@ def campaigns_page(conn: Conn, status: str | None, limit: int, offset: int) -> t
     counts and its progress; and how many campaigns there are in all."""
     params: dict[str, Any] = {"status": status, "limit": limit, "offset": offset}
     with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.execute(QUERIES["snapshot"])
         rows = conn.execute(QUERIES["campaigns"], params).fetchall()
         counts = counts_of(conn, [int(r["broadcast_id"]) for r in rows if r["broadcast_id"]])
 

@@ -41,6 +41,10 @@ WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
 -- A subscriber's address (the API names it in its answers), by primary key.
 SELECT email FROM subscribers WHERE id = %(id)s
 
+-- name: snapshot
+-- Invariant 8: a page of campaigns and their counts are read in one snapshot, so they agree.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
+
 -- name: campaigns
 -- Invariant 8: one page of campaigns, newest first, optionally of one status, with every
 -- column the API and the dashboard list show. No count is read here: each broadcast's counts

@@ -1,0 +1,22 @@
+-- The statements of `campaign list` and `campaign show` (campaigns/listing.py). Counts are the
+-- queue's (queue/counts.py), read in the same snapshot as the campaigns.
+
+-- name: snapshot
+-- Invariant 8: the campaigns and their counts are read in one snapshot, so they agree.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
+
+-- name: list
+-- Every campaign, newest first; its counts are the queue's (queue/counts.py).
+SELECT c.id, c.name, c.status, c.created_at, c.send_at, c.broadcast_id
+FROM campaigns c
+ORDER BY c.id DESC
+
+-- name: show
+-- Every field of a campaign but its bodies, whose sizes (bytes, UTF-8) stand for them.
+SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to,
+       coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM campaign_lists cl
+                 JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = c.id), '{}') AS lists,
+       c.send_at, c.schedule_error, c.broadcast_id, c.created_at, c.updated_at,
+       coalesce(octet_length(c.text_body), 0) AS text_bytes,
+       coalesce(octet_length(c.html_body), 0) AS html_bytes
+FROM campaigns c WHERE c.id = %s
