@@ -380,3 +380,13 @@ def test_postgres_lost_is_503_and_the_retry_is_recorded(db_url: str) -> None:
     with connect(db_url) as conn:
         assert findings(conn)[-1] == ("ada@example.com", "hard", bid, sid, "mailgun")
         assert count(conn, "bounce_messages") == 2
+
+
+def test_a_bad_webhook_setting_stops_serve_at_start_without_echoing_it(db_url: str) -> None:
+    key = base64.b64encode(b"the secret that is not a key").decode()
+    with pytest.raises(RuntimeError) as failed:
+        _started(db_url, {"SENDDOCK_SENDGRID_PUBLIC_KEY": key})
+    said = str(failed.value)
+    # One line for the person (the traceback above it is -v's, which start_server passes).
+    assert "error: SENDDOCK_SENDGRID_PUBLIC_KEY is not SendGrid's verification key" in said
+    assert key not in said

@@ -57,6 +57,7 @@ from senddock.bounces import providers
 from senddock.bounces.parse import Finding, parse
 from senddock.bounces.store import receive_event
 from senddock.config import Settings
+from senddock.errors import Invalid
 
 log = logging.getLogger("senddock.web")
 
@@ -122,12 +123,19 @@ class Webhooks:
         self.pool = pool
         self.settings = settings
         self.hosts = settings.sns_cert_hosts or providers.SNS_CERT_HOSTS
+        try:
+            re.compile(self.hosts)
+        except re.error as exc:
+            raise Invalid(f"SENDDOCK_SNS_CERT_HOSTS is not a regex: {exc}") from None
         self.topics = _names(settings.sns_topic_arns)
-        self.sendgrid_key = (
-            providers.load_sendgrid_key(settings.sendgrid_public_key.get_secret_value())
-            if settings.sendgrid_public_key
-            else None
-        )
+        self.sendgrid_key = None
+        if settings.sendgrid_public_key:
+            try:
+                key = settings.sendgrid_public_key.get_secret_value()
+                self.sendgrid_key = providers.load_sendgrid_key(key)
+            except (ValueError, binascii.Error):
+                message = "SENDDOCK_SENDGRID_PUBLIC_KEY is not SendGrid's verification key"
+                raise Invalid(message) from None  # (the key is not repeated: no secrets in logs)
         self.slots = asyncio.Semaphore(IN_FLIGHT)
         self.cert = functools.lru_cache(maxsize=CERTS_KEPT)(self._fetch)
 
