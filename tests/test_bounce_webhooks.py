@@ -32,7 +32,8 @@ from senddock.bounces import providers
 from senddock.db import connect
 from support import Conn, jobs, send_campaign
 from test_bounce_providers import KEY, MAILGUN_KEY, PEM, SENDGRID, SENDGRID_PUBLIC
-from web_support import Server, start_server
+from test_serve_exposed import EMAIL, PASSWORD, Browser
+from web_support import Server, make_admin, start_server
 
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:ses-bounces"
 POSTMARK = ("postmark-hook", "a long random password")
@@ -106,9 +107,15 @@ def _started(pg_url: str, env: dict[str, str]) -> Server:
 
 
 @pytest.fixture(scope="module")
-def hooks(pg_url: str, sns: Sns) -> Iterator[httpx.Client]:
+def hooks_server(pg_url: str, sns: Sns) -> Iterator[Server]:
     """One server for the module, every provider configured (each test empties the tables)."""
-    with _started(pg_url, hooks_env(sns)) as server, server.client() as client:
+    with _started(pg_url, hooks_env(sns)) as server:
+        yield server
+
+
+@pytest.fixture
+def hooks(hooks_server: Server) -> Iterator[httpx.Client]:
+    with hooks_server.client() as client:
         yield client
 
 
@@ -365,14 +372,16 @@ def test_postgres_lost_is_503_and_the_retry_is_recorded(db_url: str) -> None:
     with connect(db_url) as conn:
         bid, sid, ours = a_job(conn)
     env = {"SENDDOCK_MAILGUN_SIGNING_KEY": MAILGUN_KEY}
-    with _started(db_url, env) as server, server.client() as client:
+    named = db_url + ("&" if "?" in db_url else "?") + "application_name=sd-hooks-503"
+    with _started(named, env) as server, server.client() as client:
         first = mailgun(mailgun_failed("other@example.com", ours), token="first")
         assert client.post("/webhooks/mailgun", content=first).status_code == 200
-        with connect(db_url) as conn:  # every connection of the server is cut
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+        with connect(db_url) as conn:  # every connection of this server is cut
+            cut = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
+                " WHERE application_name = 'sd-hooks-503'"
+            ).fetchone()
+            assert cut is not None and int(str(cut["n"])) > 0
         body = mailgun(mailgun_failed("ada@example.com", ours), token="second")
         answer = client.post("/webhooks/mailgun", content=body)
         assert answer.status_code == 503 and answer.headers["retry-after"]
@@ -390,3 +399,24 @@ def test_a_bad_webhook_setting_stops_serve_at_start_without_echoing_it(db_url: s
     # One line for the person (the traceback above it is -v's, which start_server passes).
     assert "error: SENDDOCK_SENDGRID_PUBLIC_KEY is not SendGrid's verification key" in said
     assert key not in said
+
+
+def test_a_dashboard_session_gives_a_webhook_nothing(
+    db_url: str, conn: Conn, hooks_server: Server
+) -> None:
+    make_admin(db_url, EMAIL, PASSWORD)
+    browser = Browser(hooks_server)
+    try:
+        assert browser.log_in() == 303
+        event = {"RecordType": "Bounce", "Type": "HardBounce", "Email": "ada@example.com"}
+        form = {"csrf": browser.csrf, **{k: str(v) for k, v in event.items()}}
+        assert browser.http.post("/webhooks/postmark", json=event).status_code == 401
+        assert browser.http.post("/webhooks/postmark", data=form).status_code == 401
+        unsigned = json.dumps({"signature": {}, "event-data": event}).encode()
+        assert browser.http.post("/webhooks/mailgun", content=unsigned).status_code == 403
+        # A session's 8 MB allowance does not apply here either.
+        over = b"x" * (1024 * 1024 + 1)
+        assert browser.http.post("/webhooks/mailgun", content=over).status_code == 413
+    finally:
+        browser.close()
+    assert count(conn, "bounce_messages") == 0
