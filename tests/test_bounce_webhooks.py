@@ -216,6 +216,7 @@ def test_a_forged_or_foreign_sns_message_writes_nothing_and_fetches_nothing(
         sns.sign(ses_bounce("ada@example.com", ours), cert_url="https://localhost:1/cert.pem"),
         # a topic that is not ours, though validly signed (anyone may make an SNS topic)
         sns.sign({**ses_bounce("ada@example.com", ours), "TopicArn": TOPIC + "-theirs"}),
+        json.dumps({**good, "TopicArn": [TOPIC]}).encode(),
     ):
         assert hooks.post("/webhooks/ses", content=body).status_code == 403
     assert sns.fetched == []
@@ -273,6 +274,9 @@ def test_a_mailgun_event_signed_otherwise_or_stale_writes_nothing(
     for body in (mailgun(event, key="not the key"), json.dumps(stale).encode()):
         assert hooks.post("/webhooks/mailgun", content=body).status_code == 403
     assert hooks.post("/webhooks/mailgun", content=b"{not json").status_code == 400
+    # Signed, but not in Mailgun's shape: 400, never a 500.
+    odd = mailgun({"event": "failed", "message": "a string, not an object"})
+    assert hooks.post("/webhooks/mailgun", content=odd).status_code == 400
     assert count(conn, "bounce_messages") == 0 and count(conn, "bounce_findings") == 0
 
 

@@ -170,11 +170,12 @@ class Webhooks:
         return JSONResponse({"new": got.new, "findings": got.findings})
 
     async def _run(self, request: Request, handle: Callable[[bytes], Response]) -> Response:
-        """Read the (capped) body and handle it in the thread pool, IN_FLIGHT at a time."""
+        """Read the (capped) body, then handle it in the thread pool, IN_FLIGHT at a time (a
+        client sending its body slowly holds no slot)."""
+        body = await request.body()
         if self.slots.locked():
             return _answer(503, "too many webhook requests at once", **BUSY)
         async with self.slots:
-            body = await request.body()
             try:
                 return await run_in_threadpool(handle, body)
             except providers.Forged as exc:
@@ -182,6 +183,10 @@ class Webhooks:
                 return _answer(403, "the signature does not hold")
             except providers.NotAnEvent as exc:
                 return _answer(400, f"not an event: {str(exc)[:200]}")
+            except (AttributeError, TypeError, KeyError) as exc:
+                # A signed event whose fields are not of the documented types: not a 500.
+                log.warning("webhook %s: unreadable event (%r)", request.url.path, exc)
+                return _answer(400, "not an event in the provider's documented shape")
 
     # --- SES through SNS ---
 
@@ -190,7 +195,7 @@ class Webhooks:
             given = json.loads(body)
         except ValueError:
             raise providers.NotAnEvent("not JSON") from None
-        if not isinstance(given, dict) or given.get("TopicArn") not in self.topics:
+        if not isinstance(given, dict) or str(given.get("TopicArn")) not in self.topics:
             return _answer(403, "not a topic of ours (SENDDOCK_SNS_TOPIC_ARNS)")
         try:
             message = providers.verify_sns(body, self.cert, self.hosts)
