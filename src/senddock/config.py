@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
@@ -93,6 +93,20 @@ class Settings(BaseSettings):
     # A dashboard session ends after this long unused, and this long after sign-in whatever.
     session_idle_timeout: Duration = 12 * 3600.0
     session_lifetime: Duration = 14 * 86400.0
+    # Provider webhooks (`serve`, web/webhooks.py): each route is off (404) until its secret
+    # is set. SES: the SNS topics whose messages are accepted (ARNs, comma or space
+    # separated); the hosts SNS certificates and SubscribeURLs may come from (a regex over the
+    # host, Amazon's SNS hosts when unset); a CA bundle for those https fetches (the system's
+    # when unset).
+    sns_topic_arns: str = ""
+    sns_cert_hosts: str | None = None
+    sns_ca_file: str | None = None
+    # Mailgun's HTTP webhook signing key; SendGrid's signed event webhook verification key
+    # (base64 DER as SendGrid shows it, or PEM); the basic-auth pair in Postmark's webhook URL.
+    mailgun_signing_key: SecretStr | None = None
+    sendgrid_public_key: SecretStr | None = None
+    postmark_webhook_user: str | None = None
+    postmark_webhook_password: SecretStr | None = None
 
     @functools.cached_property
     def proxies(self) -> list[str]:

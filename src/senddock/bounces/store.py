@@ -3,7 +3,8 @@
 `receive` stores a message's bytes under their digest and reads it in the same transaction;
 a caller (the listener, the poller, the pipe) acknowledges the message only after that
 transaction commits, so a crash before loses nothing (the sender keeps it) and one after
-re-delivers a message whose digest is known (nothing changes).
+re-delivers a message whose digest is known (nothing changes). `receive_event` does the same
+for a provider's verified webhook event (bounces.providers), whose findings are already read.
 
 A finding is matched to a job by the VERP address it came to (signed: a forged one names
 nobody), else by our Message-ID in the returned original when that job still has it. What
@@ -18,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from senddock.bounces.parse import Finding, Report, parse
+from senddock.bounces.parse import Finding, parse
 from senddock.bounces.verp import ReturnPath, message_id_names
 from senddock.db import sql
 
@@ -50,11 +51,11 @@ def _match(
     conn: Conn,
     finding: Finding,
     named: tuple[int, int] | None,
-    report: Report,
+    fallback_message_id: str | None,
 ) -> Match | None:
     if named is not None:
         return Match(*named)  # the return path is signed: it names this job
-    message_id = finding.message_id or report.message_id
+    message_id = finding.message_id or fallback_message_id
     pair = message_id_names(message_id) if message_id else None
     if pair is None:
         return None
@@ -64,27 +65,22 @@ def _match(
     return Match(*pair)
 
 
-def read(
+Recorded = list[tuple[int, Finding, Match | None]]
+
+
+def _record_findings(
     conn: Conn,
     message: int,
-    raw: bytes,
-    envelope_to: str | None,
-    return_path: ReturnPath | None,
-    key: bytes,
-) -> tuple[str, list[tuple[int, Finding, Match | None]]]:
-    """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
-    report = parse(raw)
-    if not report.findings:
-        unreadable = (report.why_none or "").startswith(("cannot be parsed", "larger than"))
-        state = "unparsable" if unreadable else "none"
-        conn.execute(QUERIES["mark"], {"id": message, "state": state, "why": report.why_none})
-        return state, []
-    named = None
-    if return_path is not None and envelope_to:
-        named = return_path.read(key, envelope_to)
-    recorded = []
-    for finding in report.findings:
-        match = _match(conn, finding, named, report)
+    findings: tuple[Finding, ...],
+    named: tuple[int, int] | None,
+    fallback_message_id: str | None,
+) -> Recorded:
+    """The one loop over a message's findings, returned mail or provider event alike: match
+    each to its job (VERP, else our Message-ID) and record it, in the caller's transaction;
+    then mark the message read. [(finding id, finding, match)]."""
+    recorded: Recorded = []
+    for finding in findings:
+        match = _match(conn, finding, named, fallback_message_id)
         row = conn.execute(
             QUERIES["finding"],
             {
@@ -102,7 +98,44 @@ def read(
         recorded.append((int(row["id"]), finding, match))
     why = None if any(m for _, _, m in recorded) else "matches no message of ours"
     conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
-    return "read", recorded
+    return recorded
+
+
+def read(
+    conn: Conn,
+    message: int,
+    raw: bytes,
+    envelope_to: str | None,
+    return_path: ReturnPath | None,
+    key: bytes,
+) -> tuple[str, Recorded]:
+    """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
+    report = parse(raw)
+    if not report.findings:
+        unreadable = (report.why_none or "").startswith(("cannot be parsed", "larger than"))
+        state = "unparsable" if unreadable else "none"
+        conn.execute(QUERIES["mark"], {"id": message, "state": state, "why": report.why_none})
+        return state, []
+    named = None
+    if return_path is not None and envelope_to:
+        named = return_path.read(key, envelope_to)
+    return "read", _record_findings(conn, message, report.findings, named, report.message_id)
+
+
+def _store(
+    conn: Conn, source: str, envelope_to: str | None, digest: bytes, raw: bytes
+) -> int | Received:
+    """The new row's id, or what was recorded before under this digest."""
+    row = conn.execute(
+        QUERIES["receive"],
+        {"source": source, "envelope_to": envelope_to, "digest": digest, "size": len(raw),
+         "raw": raw},
+    ).fetchone()  # fmt: skip
+    if row is not None:
+        return int(row["id"])
+    known = conn.execute(QUERIES["known"], {"digest": digest}).fetchone()
+    assert known is not None
+    return Received(int(known["id"]), False, str(known["state"]))
 
 
 def receive(
@@ -117,21 +150,39 @@ def receive(
     # The same bytes to two of our addresses are two bounces; to one address twice, one.
     digest = hashlib.sha256((envelope_to or "").lower().encode() + b"\0" + raw).digest()
     with conn.transaction():
-        row = conn.execute(
-            QUERIES["receive"],
-            {
-                "source": source,
-                "envelope_to": envelope_to,
-                "digest": digest,
-                "size": len(raw),
-                "raw": raw,
-            },
-        ).fetchone()
-        if row is None:
-            known = conn.execute(QUERIES["known"], {"digest": digest}).fetchone()
-            assert known is not None
-            return Received(int(known["id"]), False, str(known["state"]))
-        message = int(row["id"])
-        state, recorded = read(conn, message, raw, envelope_to, return_path, key)
+        stored = _store(conn, source, envelope_to, digest, raw)
+        if isinstance(stored, Received):
+            return stored
+        state, recorded = read(conn, stored, raw, envelope_to, return_path, key)
     matched = sum(1 for _, _, m in recorded if m is not None)
-    return Received(message, True, state, len(recorded), matched)
+    return Received(stored, True, state, len(recorded), matched)
+
+
+def receive_event(
+    conn: Conn,
+    source: str,
+    body: bytes,
+    findings: tuple[Finding, ...],
+    message_id: str | None = None,
+    identity: bytes | None = None,
+) -> Received:
+    """Store a provider's verified event once and record its findings, in one transaction.
+
+    The digest is of the source and `identity` (what the provider's signature makes unique;
+    the body when None): the same event delivered again, as providers retry, changes nothing.
+    Findings are matched by our Message-ID (the finding's, else `message_id`); an event with
+    none is kept as `none`. The caller answers the provider only after this returns.
+    """
+    unique = body if identity is None else identity
+    digest = hashlib.sha256(b"event\0" + source.encode() + b"\0" + unique).digest()
+    with conn.transaction():
+        stored = _store(conn, source, None, digest, body)
+        if isinstance(stored, Received):
+            return stored
+        if not findings:
+            why = "no bounce or complaint in this event"
+            conn.execute(QUERIES["mark"], {"id": stored, "state": "none", "why": why})
+            return Received(stored, True, "none")
+        recorded = _record_findings(conn, stored, findings, None, message_id)
+    matched = sum(1 for _, _, m in recorded if m is not None)
+    return Received(stored, True, "read", len(recorded), matched)

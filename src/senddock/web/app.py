@@ -10,7 +10,8 @@ check is refused with 400 and changes nothing.
 
 /healthz and /readyz need no credentials; /api/v1, /metrics and the API's description
 (/openapi.json, /docs: web/docs.py) need an API token (or a dashboard session); the
-dashboard pages need a login.
+dashboard pages need a login. /webhooks/ (web/webhooks.py) takes providers' bounce and complaint
+events, each proving itself by its signature, never by a session.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from senddock.web import (
     login_limits,
     metrics,
     sessions,
+    webhooks,
 )
 
 log = logging.getLogger("senddock.web")
@@ -316,6 +318,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(api.router)
     app.include_router(dashboard.router)
+    app.include_router(webhooks.router(pool, settings))
     docs.install(app)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")

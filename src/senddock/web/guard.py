@@ -10,9 +10,10 @@ decodes the cookie):
   is read;
 - every body has a cap, by who sends it: PUBLIC_BODY without a credential (/login,
   /unsubscribe, /confirm), SIGNED_IN_BODY with one, SENDDOCK_MAX_IMPORT_MB for the two CSV
-  uploads. A Content-Length over the cap gets 413 at once; a body without one is counted as
-  it arrives, and at the first byte over the app is told the client left and the answer is
-  a 413 (JSON on /api/, a page elsewhere).
+  uploads, WEBHOOK_BODY on /webhooks/ (providers sign; they hold no session). A
+  Content-Length over the cap gets 413 at once; a body without one is counted as it arrives,
+  and at the first byte over the app is told the client left and the answer is a 413 (JSON
+  on /api/ and /webhooks/, a page elsewhere).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ PUBLIC_BODY = 64 * 1024  # a login form or a one-click unsubscribe is a few hund
 # A campaign may carry text and HTML of up to 1,000,000 characters each (schemas.Body):
 # as UTF-8 and escaped in JSON or a form that is a few MB.
 SIGNED_IN_BODY = 8 * 1024 * 1024
+# A provider's webhook event (web/webhooks.py): SNS messages are at most 256 KB, SendGrid
+# batches a few hundred events; no session is asked for, so this cap holds for every caller.
+WEBHOOK_BODY = 1024 * 1024
+WEBHOOKS = "/webhooks/"
 IMPORT_PATHS = frozenset({"/api/v1/imports", "/lists/import"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -48,7 +53,7 @@ def too_large(scope: Scope, cap: int) -> Response:
         if upload
         else f"the request body is larger than {_size(cap)}"
     )
-    if path.startswith("/api/"):
+    if path.startswith(("/api/", WEBHOOKS)):
         return error_body(413, message, "file" if upload else "body")
     return render(Request(scope), "error.html", 413, title="Too large", message=message + ".")
 
@@ -71,6 +76,8 @@ class BodyGuard:
         return None
 
     def _cap(self, path: str, signed_in: bool) -> int:
+        if path.startswith(WEBHOOKS):
+            return WEBHOOK_BODY
         if not signed_in:
             return PUBLIC_BODY
         return self.import_cap if path in IMPORT_PATHS else SIGNED_IN_BODY
