@@ -66,7 +66,7 @@ class ReturnPath:
         return broadcast_id, subscriber_id
 
 
-# Our Message-ID (campaigns/broadcast.py ENQUEUE): <sd.BROADCAST.SUBSCRIBER.TOKEN@domain>.
+# Our Message-ID (queue/jobs.sql, enqueue): <sd.BROADCAST.SUBSCRIBER.TOKEN@domain>.
 _MESSAGE_ID = re.compile(r"^<?sd\.(\d{1,19})\.(\d{1,19})\.[^@>\s]+@[^>\s]+>?$")
 
 
