@@ -107,11 +107,13 @@ class Recorder:
             await self.link.close()
 
     async def _commit(self, group: list[Waiting]) -> None:
+        outcomes = [o for o, _ in group if isinstance(o, Outcome)]
+        ended = {o.job.id for o in outcomes}
+        # A job refused before its dot has its outcome in the same group as its mark: the
+        # outcome supersedes the mark (one statement must not write one row twice).
+        dots = [d for d, _ in group if isinstance(d, Dot) and d.job.id not in ended]
         try:
-            written = await self._write(
-                [o for o, _ in group if isinstance(o, Outcome)],
-                [d for d, _ in group if isinstance(d, Dot)],
-            )
+            written, marked = await self._write(outcomes, dots)
         except BaseException as exc:
             if isinstance(exc, Exception):
                 log.error("%d outcomes could not be written: %s", len(group), one_line(exc))
@@ -127,19 +129,18 @@ class Recorder:
         self.written += len(group)
         for item, done in group:
             if not done.done():
-                done.set_result(item.job.id in written)
+                done.set_result(item.job.id in (written if isinstance(item, Outcome) else marked))
 
-    async def _write(self, outcomes: list[Outcome], dots: list[Dot]) -> set[int]:
-        """Write a group once; the ids of the outcomes written and the dots marked (a dot and
-        an outcome of one group are never of one job). If the commit is not acknowledged, read
-        back before retrying."""
+    async def _write(self, outcomes: list[Outcome], dots: list[Dot]) -> tuple[set[int], set[int]]:
+        """Write a group once; the ids of the outcomes written and of the dots marked (none
+        of one job). If the commit is not acknowledged, read back before retrying."""
         db = self.link
         delay = 0.05
         while True:
             conn = await db.conn()
             try:
                 done = await queue.record_group(conn, self.owner(), outcomes, dots)
-                return done.outcomes | done.dots
+                return done.outcomes, done.dots
             except psycopg.OperationalError as exc:
                 log.warning("%d outcomes not acknowledged (%s)", len(outcomes), one_line(exc))
                 await db.close()
@@ -155,4 +156,4 @@ class Recorder:
                 continue
             if landed:
                 # The group is one transaction: it committed, and what matched its fence is in.
-                return landed
+                return landed - {d.job.id for d in dots}, landed & {d.job.id for d in dots}

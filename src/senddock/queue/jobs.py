@@ -431,7 +431,8 @@ class Recorded:
 
 
 # A group with dots: the dots' marks and the outcomes in one statement (one round trip, one
-# commit). The two never touch one row: a dot is marked before its job has an outcome.
+# commit). The two never touch one row: the recorder drops the mark of a job whose outcome
+# (a refusal before its dot) is in the same group.
 RECORD_AND_MARK = "\n".join(
     [
         "WITH dots AS (",
@@ -524,7 +525,8 @@ async def landed_many(
     An outcome landed if its row is no longer our claim at this attempt yet still names us as
     owner (an outcome keeps the owner; a rescue or release clears it). A mark landed if the row
     is still our claim at this attempt with `dot_at` set (a claim clears it). The group is one
-    transaction, so either every row that matched its fence landed, or none did.
+    transaction, so either every row that matched its fence landed, or none did. (A job is
+    never both an outcome and a dot of one group: the recorder drops such a mark.)
     """
     dotted = dotted or []
     ids = [j.id for j in jobs] + [j.id for j in dotted]
