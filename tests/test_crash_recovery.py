@@ -27,6 +27,7 @@ from crash_support import (
     Fleet,
     Handbacks,
     addresses,
+    as_the_relay_log_says,
     campaign_done,
     extra_copies,
     held_at_death,
@@ -198,7 +199,9 @@ def test_a_live_worker_of_another_database_does_not_shield_a_dead_one(
             left = held_at_death(conn, first, dead, handbacks)
             assert left and lock_free(conn, dead)
             second = fleet.start(env, "restarted")
-            assert wait_until(lambda: campaign_done(conn, cid), 60), unfinished(conn, bid)
+            assert wait_until(
+                lambda: as_the_relay_log_says(conn, bid, catcher) and campaign_done(conn, cid), 60
+            ), unfinished(conn, bid)
             assert second.stop() == 0
     finally:
         with psycopg.connect(pg_server, autocommit=True) as admin:

@@ -657,19 +657,20 @@ def requeue_failed(conn: Conn, broadcast_id: int) -> int:
     return n
 
 
-def resend_unconfirmed(conn: Conn, broadcast_id: int) -> int:
-    """A person's choice: the broadcast's unconfirmed jobs go again (same Message-ID); how
-    many. Workers are woken. In the caller's transaction."""
-    n = conn.execute(QUERIES["resend_unconfirmed"], {"b": broadcast_id}).rowcount
+def resend_unconfirmed(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
+    """A person's choice: the broadcast's unconfirmed jobs (or those of `ids`) go again (same
+    Message-ID); how many. Workers are woken. In the caller's transaction."""
+    params = {"b": broadcast_id, "ids": ids}
+    n = conn.execute(QUERIES["resend_unconfirmed"], params).rowcount
     if n:
         wake(conn)
     return n
 
 
-def confirm(conn: Conn, broadcast_id: int) -> int:
-    """A person's word, from the relay's log: the broadcast's unconfirmed jobs went; how many
-    are sent now. In the caller's transaction."""
-    return conn.execute(QUERIES["confirm"], {"b": broadcast_id}).rowcount
+def confirm(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
+    """A person's word, from the relay's log: the broadcast's unconfirmed jobs (or those of
+    `ids`) went; how many are sent now. In the caller's transaction."""
+    return conn.execute(QUERIES["confirm"], {"b": broadcast_id, "ids": ids}).rowcount
 
 
 @dataclass(frozen=True)

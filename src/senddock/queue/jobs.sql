@@ -430,6 +430,7 @@ WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
 -- retry, due now, their attempt given back (the unconfirmed one was never judged, so the same
 -- delivery is not charged twice), their Message-ID kept (invariant 9), so a relay or a reader
 -- can tell a duplicate. `dot_at` and `dot_relay` stay until the next claim clears them.
+-- `ids`: only these jobs (NULL: all of the broadcast's).
 UPDATE broadcast_jobs
 SET status     = CASE WHEN attempts - 1 <= 0 THEN 'pending' ELSE 'retry' END,
     attempts   = greatest(attempts - 1, 0),
@@ -439,10 +440,12 @@ SET status     = CASE WHEN attempts - 1 <= 0 THEN 'pending' ELSE 'retry' END,
     last_reply = 'unconfirmed; sent again on request',
     updated_at = now()
 WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 
 -- name: confirm
 -- Issue 23: a person confirmed from the relay's log that the unconfirmed jobs of a broadcast
--- went: sent, as of their final dot. The broadcast may then finish (finish).
+-- went: sent, as of their final dot. The broadcast may then finish (finish). `ids`: only
+-- these jobs (NULL: all).
 UPDATE broadcast_jobs
 SET status     = 'sent',
     sent_at    = coalesce(dot_at, now()),
@@ -450,6 +453,7 @@ SET status     = 'sent',
     last_reply = 'unconfirmed; confirmed sent on request',
     updated_at = now()
 WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 
 -- name: unconfirmed_jobs
 -- Issue 23: the unconfirmed jobs of a broadcast with when their dot went, to which relay and
