@@ -207,14 +207,14 @@ class CampaignStatus(BaseModel):
     sent: int
     failed: int
     cancelled: int
-    bounced: int
-    suppressed: int
-    exhausted: int
-    rejected: int
     unconfirmed: int = Field(
         default=0,
         description="Final dot sent, no outcome recorded: resend-unconfirmed or confirm them",
     )
+    bounced: int
+    suppressed: int
+    exhausted: int
+    rejected: int
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(
