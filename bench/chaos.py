@@ -34,7 +34,7 @@ def table(results: list[Result], small: bool) -> Table:
         t.add_column(col, justify="right")
     t.add_column("delivered exactly once", justify="right")
     t.add_column("duplicates (allowed)", justify="right")
-    for col in ("undelivered", "seconds to finish"):
+    for col in ("unconfirmed", "unconfirmed accepted", "undelivered", "seconds to finish"):
         t.add_column(col, justify="right")
     t.add_column("result")
     for r in results:
@@ -45,6 +45,8 @@ def table(results: list[Result], small: bool) -> Table:
             f"{r.faults} ({r.fault_summary})" if r.faults else "0",
             f"{r.delivered_once:,}",
             f"{r.duplicates} ({allowed})",
+            f"{r.unconfirmed}",
+            f"{r.unconfirmed_accepted}",
             f"{r.undelivered}",
             f"{r.seconds:.1f}" if r.finished else f"unfinished ({r.seconds:.0f})",
             "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",

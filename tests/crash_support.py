@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from senddock import queue
 from senddock.delivery.rescuer import LOCK_CLASS
 from senddock.testing import Catcher
 from senddock.testing.proof import at_server
@@ -59,7 +60,8 @@ def fleet_for(request: pytest.FixtureRequest, logs: Path, concurrency: int) -> I
 
 
 class Handbacks:
-    """Every rescue and release of a `sending` job, recorded by a trigger while installed."""
+    """Every rescue (to retry, failed or unconfirmed) and release of a `sending` job, recorded
+    by a trigger while installed."""
 
     INSTALL = """
     DROP TRIGGER IF EXISTS test_note_handback ON broadcast_jobs;
@@ -76,12 +78,15 @@ class Handbacks:
     BEGIN
         INSERT INTO test_handbacks (job_id, owner, attempts, kind, reply)
         VALUES (OLD.id, OLD.owner, OLD.attempts,
-                CASE WHEN NEW.deaths > OLD.deaths THEN 'rescue' ELSE 'release' END,
+                CASE WHEN NEW.deaths > OLD.deaths OR NEW.status = 'unconfirmed' THEN 'rescue'
+                     ELSE 'release' END,
                 NEW.last_reply);
         RETURN NULL;
     END $$;
     CREATE TRIGGER test_note_handback AFTER UPDATE ON broadcast_jobs FOR EACH ROW
-        WHEN (OLD.status = 'sending' AND NEW.status <> 'sending' AND NEW.owner IS NULL)
+        -- A rescue to unconfirmed (issue 23) keeps the owner; it is a rescue all the same.
+        WHEN (OLD.status = 'sending' AND NEW.status <> 'sending'
+              AND (NEW.owner IS NULL OR NEW.last_stage = 'rescue'))
         EXECUTE FUNCTION test_note_handback();
     """
     REMOVE = """
@@ -145,6 +150,26 @@ def sent_by(conn: Conn, owner: int) -> int:
     ).fetchone()
     assert row is not None
     return int(row["n"])
+
+
+def as_the_relay_log_says(conn: Conn, bid: int, catcher: Catcher) -> bool:
+    """Once only sent and unconfirmed jobs are left, do what a person reading the relay's log
+    does (the catcher is that log): confirm the unconfirmed it accepted, resend the rest. True
+    once nothing was left to do (issue 23)."""
+    rows = conn.execute(
+        "SELECT id, lower(email) AS email, status FROM broadcast_jobs WHERE broadcast_id = %s",
+        (bid,),
+    ).fetchall()
+    if {r["status"] for r in rows} - {"sent", "unconfirmed"}:
+        return False
+    held = [r for r in rows if r["status"] == "unconfirmed"]
+    if not held:
+        return True
+    got = catcher.count_by_rcpt()
+    with conn.transaction():
+        queue.confirm(conn, bid, [int(r["id"]) for r in held if got[r["email"]]])
+        queue.resend_unconfirmed(conn, bid, [int(r["id"]) for r in held if not got[r["email"]]])
+    return False
 
 
 def campaign_done(conn: Conn, cid: int) -> bool:

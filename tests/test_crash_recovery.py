@@ -27,6 +27,7 @@ from crash_support import (
     Fleet,
     Handbacks,
     addresses,
+    as_the_relay_log_says,
     campaign_done,
     extra_copies,
     held_at_death,
@@ -43,6 +44,11 @@ from support import Conn, jobs, paced, send_campaign, unfinished, wait_until, wo
 CONCURRENCY = 5
 # Short liveness settings so a missed boot rescue is caught by the next sweep within seconds.
 LIVENESS = {"SENDDOCK_LEASE_SECONDS": "6", "SENDDOCK_HEARTBEAT_INTERVAL": "0.5"}
+
+
+def settled(conn: Conn, bid: int) -> bool:
+    """Nothing a worker would send is left: every job sent or unconfirmed (issue 23)."""
+    return set(Counter(r["status"] for r in jobs(conn, bid).values())) <= {"sent", "unconfirmed"}
 
 
 def with_db(url: str, name: str) -> str:
@@ -85,17 +91,28 @@ def test_worker_killed_three_times_mid_send_loses_nobody(
         dead.append(wid)
 
     last = fleet.start(env, "finisher")
-    assert wait_until(lambda: campaign_done(conn, cid), 120), f"unfinished {unfinished(conn, bid)}"
+    assert wait_until(lambda: settled(conn, bid), 120), f"unfinished {unfinished(conn, bid)}"
     assert last.stop() == 0
 
     rows = jobs(conn, bid)
-    assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
+    # Issue 23: a job whose dot went as its worker died is unconfirmed, never sent twice.
+    held_back = {e for e, r in rows.items() if r["status"] == "unconfirmed"}
+    assert len(held_back) <= len(kill_at) * CONCURRENCY  # at most one a session a kill
+    assert {rows[e]["id"] for e in held_back} <= held
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["total"]) == ("sent", 2000, 2000)
-    extra = extra_copies(catcher, rows)
-    print(f"kills=3 duplicates={len(extra)} undelivered=0")
-    # At most the one accepted-but-unrecorded message of each session in flight at each kill.
-    assert sum(extra.values()) <= len(kill_at) * CONCURRENCY, extra
+    assert (st["sent"], st["unconfirmed"], st["total"]) == (
+        2000 - len(held_back),
+        len(held_back),
+        2000,
+    )
+    assert catcher.duplicates() == {}
+    got = catcher.count_by_rcpt()
+    assert all(got[e] == 1 for e in rows if e not in held_back)
+    print(
+        f"kills=3 duplicates=0 unconfirmed={len(held_back)}"
+        f" accepted={sum(1 for e in held_back if got[e])}"
+    )
+    extra: dict[str, int] = {}
     rescues = handbacks.rescues()
     # What each killed process held was rescued, and nothing else.
     assert {h["owner"] for h in rescues} == set(dead)
@@ -108,7 +125,7 @@ def test_restarted_worker_rescues_at_boot_only_what_the_killed_one_held(
     conn: Conn, db_url: str, catcher: Catcher, fleet: Fleet, handbacks: Handbacks
 ) -> None:
     emails = addresses(1000)
-    cid, bid = send_campaign(conn, "news", emails)
+    _, bid = send_campaign(conn, "news", emails)
     env = worker_env(db_url, catcher.url, **LIVENESS)
     first = fleet.start(env, "killed")
     dead = worker_id(conn, first)
@@ -126,7 +143,7 @@ def test_restarted_worker_rescues_at_boot_only_what_the_killed_one_held(
     assert sent_before
 
     second = fleet.start(env, "restarted")
-    assert wait_until(lambda: campaign_done(conn, cid), 60), f"unfinished {unfinished(conn, bid)}"
+    assert wait_until(lambda: settled(conn, bid), 60), f"unfinished {unfinished(conn, bid)}"
     assert second.stop() == 0
 
     booted = re.search(r"rescued (\d+) jobs at boot", second.text())
@@ -136,18 +153,22 @@ def test_restarted_worker_rescues_at_boot_only_what_the_killed_one_held(
     assert {h["owner"] for h in rescues} == {dead}
     rows = jobs(conn, bid)
     by_id = {r["id"]: r for r in rows.values()}
-    assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
-    # The rescued jobs went out again as suspects: the killed attempt was given back (issue 18:
-    # a death charges only a job that was its process's one suspect), the death counted.
-    assert {(by_id[i]["attempts"], by_id[i]["deaths"]) for i in left} == {(1, 1)}
+    assert set(Counter(r["status"] for r in rows.values())) <= {"sent", "unconfirmed"}
+    dotted = {i for i in left if by_id[i]["status"] == "unconfirmed"}
+    assert len(dotted) <= CONCURRENCY  # issue 23: at most one a session, its dot gone
+    # The rescued jobs never started went out again as suspects: the killed attempt was given
+    # back (issue 18: a death charges only a job that was its process's one suspect), the
+    # death counted; the unconfirmed kept their one attempt and no death.
+    assert {(by_id[i]["attempts"], by_id[i]["deaths"]) for i in left - dotted} <= {(1, 1)}
+    assert {(by_id[i]["attempts"], by_id[i]["deaths"]) for i in dotted} <= {(1, 0)}
+    assert catcher.duplicates() == {}
     # No row that was already sent was touched.
     assert {
         i: (by_id[i]["sent_at"], by_id[i]["updated_at"], by_id[i]["owner"], by_id[i]["attempts"])
         for i in sent_before
     } == sent_before
-    extra = extra_copies(catcher, rows)
-    assert sum(extra.values()) <= CONCURRENCY, extra
-    assert {rows[e]["id"] for e in extra} <= left
+    got = catcher.count_by_rcpt()
+    assert all(got[e] == 1 for e, r in rows.items() if r["status"] == "sent")
 
 
 def test_a_live_worker_of_another_database_does_not_shield_a_dead_one(
@@ -178,7 +199,9 @@ def test_a_live_worker_of_another_database_does_not_shield_a_dead_one(
             left = held_at_death(conn, first, dead, handbacks)
             assert left and lock_free(conn, dead)
             second = fleet.start(env, "restarted")
-            assert wait_until(lambda: campaign_done(conn, cid), 60), unfinished(conn, bid)
+            assert wait_until(
+                lambda: as_the_relay_log_says(conn, bid, catcher) and campaign_done(conn, cid), 60
+            ), unfinished(conn, bid)
             assert second.stop() == 0
     finally:
         with psycopg.connect(pg_server, autocommit=True) as admin:
@@ -230,7 +253,7 @@ def test_restarting_one_worker_leaves_the_live_one_alone(
 ) -> None:
     catcher = slow_catcher
     emails = addresses(3000)
-    cid, bid = send_campaign(conn, "news", emails)
+    _, bid = send_campaign(conn, "news", emails)
     env = worker_env(db_url, catcher.url, **LIVENESS)
     live = fleet.start(env, "live")
     bounced = fleet.start(env, "bounced")
@@ -244,14 +267,20 @@ def test_restarting_one_worker_leaves_the_live_one_alone(
     live_sent_at_restart = sent_by(conn, live_id)
     again = fleet.start(env, "bounced-again")
     worker_id(conn, again)
-    assert wait_until(lambda: campaign_done(conn, cid), 90), f"unfinished {unfinished(conn, bid)}"
+    assert wait_until(lambda: settled(conn, bid), 90), f"unfinished {unfinished(conn, bid)}"
     assert live.alive(), "the live worker died"
     assert [live.stop(), again.stop()] == [0, 0]
 
     rows = jobs(conn, bid)
-    assert Counter(r["status"] for r in rows.values()) == Counter(sent=len(emails))
+    # Issue 23: the killed worker's jobs whose dot went are unconfirmed (theirs alone).
+    held_back = {e: r for e, r in rows.items() if r["status"] == "unconfirmed"}
+    assert {r["owner"] for r in held_back.values()} <= {bounced_id}
+    assert len(held_back) <= CONCURRENCY
     assert sent_by(conn, live_id) > live_sent_at_restart, "the live worker stopped sending"
-    extra = extra_copies(catcher, rows)
+    assert catcher.duplicates() == {}
+    got = catcher.count_by_rcpt()
+    assert all(got[e] == 1 for e in rows if e not in held_back)
+    extra = {} if held_back else extra_copies(catcher, rows)
     rescues = handbacks.rescues()
     # The live worker's jobs are never rescued, by the restarted worker or anyone.
     assert not [h for h in rescues if h["owner"] == live_id]

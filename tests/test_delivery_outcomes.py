@@ -219,11 +219,15 @@ def test_a_refused_connection_is_retried_never_failed_nor_suppressed(
 def test_a_disconnect_mid_data_is_retried_and_delivered_once(
     conn: Conn, db_url: str, catcher: Catcher
 ) -> None:
+    # With SENDDOCK_UNCONFIRMED=resend (issue 23; the default holds it unconfirmed:
+    # tests/test_unconfirmed.py).
     dropped = "drop-ann@example.com"  # the server hangs up after the data, before replying
     _, bid = send_campaign(conn, "news", [dropped, "bob@example.com"])
-    with ThreadWorker(db_url, catcher.url, concurrency=1, retry_schedule=HOLD):
+    with ThreadWorker(
+        db_url, catcher.url, concurrency=1, retry_schedule=HOLD, unconfirmed="resend"
+    ):
         first = wait_job(conn, bid, dropped, retrying(1))
-        assert_waiting(first, 1, "data", None, "")
+        assert_waiting(first, 1, "dot", None, "")
         assert first["last_enhanced"] is None
         assert received_ids(catcher, dropped) == []
         make_due(conn, bid)
@@ -237,7 +241,8 @@ def test_a_disconnect_mid_data_is_retried_and_delivered_once(
 
 def test_a_lost_reply_to_data_is_retried_with_the_same_message_id(conn: Conn, db_url: str) -> None:
     # The server keeps the message, then its 250 is lost with the connection: the one
-    # duplicate nothing can prevent. It must carry the same Message-ID, so it is recognisable.
+    # duplicate nothing can prevent with SENDDOCK_UNCONFIRMED=resend (the default holds it:
+    # tests/test_unconfirmed.py). It carries the same Message-ID, so it is recognisable.
     def lose_reply(address: str) -> Fault | None:
         if address.startswith("lost-"):
             return Fault.stall(seconds=0, attempts=1, then="drop", record_first=True)
@@ -246,9 +251,11 @@ def test_a_lost_reply_to_data_is_retried_with_the_same_message_id(conn: Conn, db
     lost = "lost-ann@example.com"
     with Catcher(fault_for=lose_reply) as catcher:
         _, bid = send_campaign(conn, "news", [lost])
-        with ThreadWorker(db_url, catcher.url, concurrency=1, retry_schedule=HOLD):
+        with ThreadWorker(
+            db_url, catcher.url, concurrency=1, retry_schedule=HOLD, unconfirmed="resend"
+        ):
             first = wait_job(conn, bid, lost, retrying(1))
-            assert_waiting(first, 1, "data", None, "")
+            assert_waiting(first, 1, "dot", None, "")
             make_due(conn, bid)
             drain(conn, bid)
         done = job(conn, bid, lost)
@@ -264,10 +271,15 @@ def test_a_stall_longer_than_the_smtp_timeout_is_retried_and_does_not_wedge_the_
     others = [f"user{i}@example.com" for i in range(5)]
     _, bid = send_campaign(conn, "news", [stalled, *others])
     with ThreadWorker(
-        db_url, catcher.url, concurrency=1, retry_schedule=HOLD, smtp_timeout=1
+        db_url,
+        catcher.url,
+        concurrency=1,
+        retry_schedule=HOLD,
+        smtp_timeout=1,
+        unconfirmed="resend",  # a timeout after the dot: issue 23's default holds it
     ) as worker:
         first = wait_job(conn, bid, stalled, retrying(1))
-        assert_waiting(first, 1, "data", None, "timeout")
+        assert_waiting(first, 1, "dot", None, "timeout")
         # The one sender went on to everyone else while the stalled job waits its retry.
         assert wait_until(lambda: all(jobs(conn, bid)[a]["status"] == "sent" for a in others))
         make_due(conn, bid)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from senddock import queue
 from senddock.campaigns import status
 from senddock.testing import Catcher
 from senddock.web import auth
@@ -60,12 +61,17 @@ def test_a_job_that_kills_its_worker_fails_alone_and_everyone_else_is_sent_once(
     assert "worker died while sending this job" in poison["last_reply"]
     assert (poison["deaths"], poison["alone_deaths"]) == (3, 2)  # once among others, twice alone
     assert received[POISON] == 0
-    # Everyone else: sent, at one attempt, each received (a death may duplicate at most one
-    # message a session: 5 a process, 3 deaths).
+    # Everyone else: sent at one attempt and received once, or unconfirmed (its dot went as a
+    # death came: at most one a session, 5 a process, 3 deaths; issue 23), never twice.
     others = [rows[a] for a in ORDINARY]
-    assert {(r["status"], r["attempts"]) for r in others} == {("sent", 1)}
-    assert all(received[a] >= 1 for a in ORDINARY)
-    assert sum(received[a] - 1 for a in ORDINARY) <= 3 * 5
+    assert {(r["status"], r["attempts"]) for r in others} <= {("sent", 1), ("unconfirmed", 1)}
+    held = [a for a in ORDINARY if rows[a]["status"] == "unconfirmed"]
+    assert len(held) <= 3 * 5
+    assert all(received[a] == 1 for a in ORDINARY if a not in held)
+    assert all(received[a] <= 1 for a in ORDINARY)
+    if held:  # confirmed by hand (the relay's log is the catcher): then the campaign is sent
+        with conn.transaction():
+            queue.confirm(conn, bid)
     # The deaths are on record with the supervisor's reason, and the campaign says so.
     deaths = conn.execute("SELECT * FROM worker_deaths ORDER BY id").fetchall()
     assert len(deaths) == 3, deaths

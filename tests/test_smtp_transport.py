@@ -163,7 +163,7 @@ async def test_refusals_name_their_stage_and_the_session_carries_on(
         "c@example.com": ("data", 250),
         "flakydata-d@example.com": ("data", 451),
         "e@example.com": ("data", 250),
-        "drop-f@example.com": ("data", None),
+        "drop-f@example.com": ("dot", None),  # after the final dot: RFC 1047
         "g@example.com": ("data", 250),
         "flaky-h@example.com": ("rcpt", 451),
         "i@example.com": ("data", 250),

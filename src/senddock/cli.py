@@ -390,8 +390,20 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         head,
         "  total {total}  pending {pending}  sending {sending}  retry {retry}  sent {sent}"
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
-        " rejected {rejected})  cancelled {cancelled}".format(**st),
+        " rejected {rejected})  cancelled {cancelled}  unconfirmed {unconfirmed}".format(**st),
     ]
+    if st["unconfirmed"]:
+        lines.append(
+            f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
+            f" check the relay's log, then `senddock campaign confirm {st['id']}` (they went) or"
+            f" `senddock campaign resend-unconfirmed {st['id']}` (send them again)"
+        )
+        for u in st["unconfirmed_jobs"]:
+            at = _iso(u["dot_at"]) if u["dot_at"] else "?"
+            lines.append(
+                f"    {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
+                f" {u['worker_id']}  {u['message_id']}"
+            )
     if not st["enqueue_done"]:
         lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
     if st["pause_reason"]:
@@ -606,6 +618,25 @@ def retry_failed_cmd(campaign_id: int) -> None:
         st = campaigns.status(conn, campaign_id)
     paused = " (the campaign is paused: resume it to send them)" if st["status"] == "paused" else ""
     click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
+
+
+@campaign.command("resend-unconfirmed")
+@click.argument("campaign_id", type=int)
+def resend_unconfirmed_cmd(campaign_id: int) -> None:
+    """Send again the unconfirmed recipients (final dot sent, no outcome recorded), with the
+    same Message-ID: a duplicate for those the relay had accepted."""
+    with db() as conn:
+        n = campaigns.resend_unconfirmed(conn, campaign_id)
+    click.echo(f"campaign {campaign_id}: {n} unconfirmed recipients queued again")
+
+
+@campaign.command("confirm")
+@click.argument("campaign_id", type=int)
+def confirm_cmd(campaign_id: int) -> None:
+    """Mark the unconfirmed recipients sent, once the relay's log shows they went."""
+    with db() as conn:
+        n = campaigns.confirm(conn, campaign_id)
+    click.echo(f"campaign {campaign_id}: {n} unconfirmed recipients confirmed sent")
 
 
 @subscribers.command("export", epilog=epilog(*DB))

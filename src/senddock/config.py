@@ -6,7 +6,7 @@ import functools
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from pydantic import BeforeValidator, Field, SecretStr
@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # Seconds to wait before retry 1..n; its length is the retry budget.
     retry_schedule: str = "30,120,480,1800,3600"
     smtp_timeout: float = 60.0
+    # A job whose final dot went and whose outcome is unknown (its worker died, or the relay
+    # hung up before replying): `hold` keeps it `unconfirmed` for a person to resend or confirm
+    # (nobody sent twice); `resend` sends it again at once (a rare duplicate, no decision).
+    unconfirmed: Literal["hold", "resend"] = "hold"
     # Liveness: heartbeat every `heartbeat_interval` s; a worker whose heartbeat is older than
     # `lease_seconds` (database clock) and whose lock is free is dead.
     heartbeat_interval: float = 2.0

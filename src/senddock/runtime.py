@@ -136,7 +136,8 @@ def build_worker(
     period = maintenance_period(settings)
     control = worker.control
     duties = worker.maintainer
-    duties.add(Rescuer(worker.lease, worker.ident, control.wake, period))
+    hold = settings.unconfirmed == "hold"
+    duties.add(Rescuer(worker.lease, worker.ident, control.wake, period, hold=hold))
     duties.add(Finisher(period))
     duties.add(Cleaner(settings.retention_days))
     # Every worker also runs the scheduler; SKIP LOCKED makes exactly one enqueue.

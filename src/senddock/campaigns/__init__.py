@@ -13,7 +13,7 @@ from senddock.campaigns.campaigns import (
     resume,
     status,
 )
-from senddock.campaigns.recipients import recipients, retry_failed
+from senddock.campaigns.recipients import confirm, recipients, resend_unconfirmed, retry_failed
 from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, schedule
 
 __all__ = [
@@ -25,11 +25,13 @@ __all__ = [
     "broadcast",
     "cancel",
     "cancel_and_settle",
+    "confirm",
     "create_campaign",
     "pause",
     "recipients",
     "refuse_past",
     "reply_summary",
+    "resend_unconfirmed",
     "resume",
     "retry_failed",
     "run_due",

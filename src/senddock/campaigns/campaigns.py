@@ -21,7 +21,7 @@ from senddock.campaigns.template_check import check_names
 from senddock.db import sql
 from senddock.errors import Conflict, NotFound
 from senddock.messages import check_header, compile_message
-from senddock.queue import Campaign, finish_sync, lock_campaign
+from senddock.queue import Campaign, Unconfirmed, finish_sync, lock_campaign, unconfirmed_jobs
 from senddock.queue import cancel as cancel_in_queue
 from senddock.queue import set_running as set_running_in_queue
 from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
@@ -111,6 +111,9 @@ def _insert(
     return int(row["id"])
 
 
+# `campaign status` lists this many unconfirmed recipients (the count is exact, always).
+UNCONFIRMED_SHOWN = 20
+
 # A job's status, and for a failed one the reason it failed: what a recipient can show.
 JobStatus = Literal[JobState, Failure]
 
@@ -130,6 +133,9 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
             problem = c["final_counts"].get("last_problem")
         elif c["broadcast_id"] is not None:
             problem = last_problem(conn, c["broadcast_id"])
+        held: list[Unconfirmed] = []
+        if counts.unconfirmed and c["broadcast_id"] is not None:
+            held = unconfirmed_jobs(conn, c["broadcast_id"], limit=UNCONFIRMED_SHOWN)
     return {
         "id": c["id"],
         "name": c["name"],
@@ -146,6 +152,19 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "last_problem": reply_summary(problem) if problem else None,
         "worker_deaths": int(c["worker_deaths"] or 0),
         "last_worker_death": c["last_worker_death"],
+        # Issue 23: recipients whose final dot went with no outcome recorded (the first few:
+        # when, to which relay, from which worker), for a person to resend or confirm.
+        "unconfirmed_jobs": [
+            {
+                "id": u.id,
+                "email": u.email,
+                "message_id": u.message_id,
+                "worker_id": u.worker_id,
+                "dot_at": u.dot_at,
+                "relay": u.relay,
+            }
+            for u in held
+        ],
     }
 
 

@@ -103,3 +103,34 @@ def retry_failed(conn: Conn, campaign_id: int) -> int:
     # A finish that read the queue before this commit cannot finish the broadcast afterwards:
     # it checks the generation bumped above (jobs.sql, finish).
     return n
+
+
+def _unconfirmed_action(conn: Conn, campaign_id: int, verb: str) -> int:
+    """Resend (`resend`) or confirm (`confirm`) a campaign's unconfirmed recipients; how many."""
+    with conn.transaction():
+        c = queue.lock_campaign(conn, campaign_id)
+        if c is None:
+            raise UnknownCampaign(f"no campaign with id {campaign_id}")
+        if c.broadcast_id is None:
+            raise CampaignError(f"campaign {campaign_id} has not been sent yet")
+        if verb == "resend":
+            if c.status == "cancelled":
+                raise CampaignError(f"campaign {campaign_id} is cancelled; confirm instead")
+            return queue.resend_unconfirmed(conn, c.broadcast_id)
+        n = queue.confirm(conn, c.broadcast_id)
+    if n:
+        with conn.transaction():
+            queue.finish_sync(conn)  # nothing else unfinished: the campaign is sent now
+    return n
+
+
+def resend_unconfirmed(conn: Conn, campaign_id: int) -> int:
+    """Send again the campaign's unconfirmed recipients (their final dot went, no outcome was
+    recorded), with the same Message-ID; how many. Issue 23: a person's choice, never ours."""
+    return _unconfirmed_action(conn, campaign_id, "resend")
+
+
+def confirm(conn: Conn, campaign_id: int) -> int:
+    """Mark the campaign's unconfirmed recipients sent, once the relay's log shows they went;
+    how many."""
+    return _unconfirmed_action(conn, campaign_id, "confirm")

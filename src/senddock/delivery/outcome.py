@@ -9,6 +9,10 @@ what happened                                  verdict       the job becomes
 5xx at connect, EHLO, STARTTLS, AUTH,          SENDER_FAULT  retry, attempt given back; after a
   MAIL FROM; 5xx at DATA; 5.7.x at RCPT                      few in a row the broadcast pauses
 other 5xx at RCPT (5.2.x-5.6.x)                REJECTED      failed/rejected; nobody suppressed
+the final dot went, then no reply: the         UNCONFIRMED   unconfirmed: never resent on its
+  connection dropped or timed out (RFC 1047)                 own; a person resends or confirms
+  (stage "dot")                                              (TRANSIENT with
+                                                             SENDDOCK_UNCONFIRMED=resend)
 
 A job sent back by SENDER_FAULT too many times fails as rejected (so it cannot loop forever).
 """
@@ -31,11 +35,14 @@ class Verdict(enum.Enum):
     BOUNCE = "bounce"
     SENDER_FAULT = "sender_fault"
     REJECTED = "rejected"
+    UNCONFIRMED = "unconfirmed"
 
 
 def judge(reply: Reply) -> Verdict:
     """Apply the table above to one reply."""
     code = reply.code
+    if code is None and reply.stage == "dot":
+        return Verdict.UNCONFIRMED
     if code is None or 400 <= code < 500:
         return Verdict.TRANSIENT
     if 200 <= code < 300:
@@ -56,7 +63,7 @@ def judge(reply: Reply) -> Verdict:
 class Transition:
     """Where a job in `sending` goes next."""
 
-    status: str  # sent | retry | failed
+    status: str  # sent | retry | failed | unconfirmed
     failure: str | None = None  # bounced | exhausted | rejected
     delay: float = 0.0  # seconds until run_at, for retry
     count_attempt: bool = True  # False: give the claimed attempt back
@@ -78,6 +85,8 @@ def transition(
     """
     if verdict is Verdict.SENT:
         return Transition("sent")
+    if verdict is Verdict.UNCONFIRMED:
+        return Transition("unconfirmed")
     if verdict is Verdict.BOUNCE:
         return Transition("failed", "bounced", suppress=True)
     if verdict is Verdict.REJECTED:

@@ -4,6 +4,11 @@ A sender hands its outcome to the recorder and waits for it before the final dot
 message, so each SMTP session still has at most one accepted, unrecorded message (invariant 3).
 While one group commits, the next gathers; one statement and one commit carry them all, which
 is most of what durability costs per message.
+
+A sender also marks the job whose final dot goes next (`mark`, issue 23): the mark joins the
+group that is gathering, usually the one of that sender's previous outcome (one more row in
+the same statement and commit), and the dot waits for it, so a rescue knows which job may
+have been accepted.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import psycopg
 
 from senddock import queue
 from senddock.delivery.link import Link, one_line
-from senddock.queue import Outcome
+from senddock.queue import Dot, Outcome
 
 log = logging.getLogger("senddock.recorder")
 
@@ -24,8 +29,8 @@ log = logging.getLogger("senddock.recorder")
 # waiting for a rate-limit permit, say): the campaign's counts lag by no more than this.
 MAX_LINGER = 0.05
 
-# An outcome waiting for its group, and the future its sender awaits.
-Waiting = tuple[Outcome, "asyncio.Future[bool]"]
+# An outcome (or a dot's mark) waiting for its group, and the future its sender awaits.
+Waiting = tuple[Outcome | Dot, "asyncio.Future[bool]"]
 
 
 class Recorder:
@@ -60,13 +65,21 @@ class Recorder:
 
     def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
         """Queue an outcome; the future says whether it was written (False: claim lost)."""
+        return self._queue(outcome, counts=True)
+
+    def mark(self, dot: Dot) -> asyncio.Future[bool]:
+        """Queue the mark of a final dot about to go; the future says whether it was written
+        (False: claim lost, the dot must not go). It does not fill a group: it rides with one."""
+        return self._queue(dot, counts=False)
+
+    def _queue(self, item: Outcome | Dot, counts: bool) -> asyncio.Future[bool]:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if self.failed is not None:
             done.set_exception(self.failed)
             return done
-        self._waiting.append((outcome, done))
+        self._waiting.append((item, done))
         self._arrived.set()
-        if len(self._waiting) >= self.full:
+        if counts and len(self._waiting) >= self.full:
             self._kick.set()
         return done
 
@@ -94,8 +107,13 @@ class Recorder:
             await self.link.close()
 
     async def _commit(self, group: list[Waiting]) -> None:
+        outcomes = [o for o, _ in group if isinstance(o, Outcome)]
+        ended = {o.job.id for o in outcomes}
+        # A job refused before its dot has its outcome in the same group as its mark: the
+        # outcome supersedes the mark (one statement must not write one row twice).
+        dots = [d for d, _ in group if isinstance(d, Dot) and d.job.id not in ended]
         try:
-            written = await self._write([o for o, _ in group])
+            written, marked = await self._write(outcomes, dots)
         except BaseException as exc:
             if isinstance(exc, Exception):
                 log.error("%d outcomes could not be written: %s", len(group), one_line(exc))
@@ -109,18 +127,20 @@ class Recorder:
             raise
         self.groups += 1
         self.written += len(group)
-        for outcome, done in group:
+        for item, done in group:
             if not done.done():
-                done.set_result(outcome.job.id in written)
+                done.set_result(item.job.id in (written if isinstance(item, Outcome) else marked))
 
-    async def _write(self, outcomes: list[Outcome]) -> set[int]:
-        """Write a group once. If the commit is not acknowledged, read back before retrying."""
+    async def _write(self, outcomes: list[Outcome], dots: list[Dot]) -> tuple[set[int], set[int]]:
+        """Write a group once; the ids of the outcomes written and of the dots marked (none
+        of one job). If the commit is not acknowledged, read back before retrying."""
         db = self.link
         delay = 0.05
         while True:
             conn = await db.conn()
             try:
-                return await queue.record_many(conn, self.owner(), outcomes)
+                done = await queue.record_group(conn, self.owner(), outcomes, dots)
+                return done.outcomes, done.dots
             except psycopg.OperationalError as exc:
                 log.warning("%d outcomes not acknowledged (%s)", len(outcomes), one_line(exc))
                 await db.close()
@@ -128,10 +148,12 @@ class Recorder:
             delay = min(delay * 2, 5.0)
             try:
                 conn = await db.conn()
-                landed = await queue.landed_many(conn, self.owner(), [o.job for o in outcomes])
+                landed = await queue.landed_many(
+                    conn, self.owner(), [o.job for o in outcomes], [d.job for d in dots]
+                )
             except psycopg.OperationalError:
                 await db.close()
                 continue
             if landed:
                 # The group is one transaction: it committed, and what matched its fence is in.
-                return landed
+                return landed - {d.job.id for d in dots}, landed & {d.job.id for d in dots}

@@ -139,11 +139,14 @@ async def sweep(
     lease: float,
     *,
     judge_lapses: bool = True,
+    hold: bool = True,
 ) -> int:
     """Declare dead the workers that are, rescue their jobs; the number of jobs rescued.
 
     `judge_lapses=False`: the caller was itself cut off from the database within the last
     lease, so a peer's lapsed heartbeat proves nothing yet; only the same-host rule applies.
+    `hold`: a job whose final dot went becomes unconfirmed (SENDDOCK_UNCONFIRMED=hold), not a
+    retry.
     """
     cur = await conn.execute(QUERIES["peers"], {"cls": LOCK_CLASS, "me": me})
     known_dead: list[int] = []
@@ -169,7 +172,7 @@ async def sweep(
             buried = [int(r["id"]) for r in await cur.fetchall()]
         cur = await conn.execute(QUERIES["unknown_owners"])
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
-        return await queue.rescue(conn, sorted(set(buried) | set(owners)))
+        return await queue.rescue(conn, sorted(set(buried) | set(owners)), hold=hold)
 
 
 log = logging.getLogger("senddock.worker")
@@ -183,7 +186,16 @@ class Rescuer(Service):
 
     name = "rescuer"
 
-    def __init__(self, lease: Lease, ident: Identity, wake: asyncio.Event, period: float) -> None:
+    def __init__(
+        self,
+        lease: Lease,
+        ident: Identity,
+        wake: asyncio.Event,
+        period: float,
+        *,
+        hold: bool = True,
+    ) -> None:
+        self.hold = hold
         self.lease = lease
         self.ident = ident
         self.wake = wake
@@ -191,7 +203,9 @@ class Rescuer(Service):
 
     async def run_once(self, conn: AsyncConn) -> float | None:
         me, judge = self.lease.worker_id, self.lease.may_judge_lapses()
-        n = await sweep(conn, me, self.ident, self.lease.seconds, judge_lapses=judge)
+        n = await sweep(
+            conn, me, self.ident, self.lease.seconds, judge_lapses=judge, hold=self.hold
+        )
         if n:
             log.warning("rescued %d jobs from dead workers", n)
             self.wake.set()

@@ -75,6 +75,11 @@ class OutcomeNotWritten(Exception):
     sender may send another final dot, so the worker stops and its jobs are rescued."""
 
 
+class DotRefused(Exception):
+    """The mark of a final dot about to go found no claim (rescued or released meanwhile):
+    that dot must not go."""
+
+
 class Unsent(enum.Enum):
     """Why a claimed job goes back without being sent."""
 
@@ -156,6 +161,13 @@ class Sender:
         if self.previous is not None:
             previous, self.previous = self.previous, None
             await self._written(previous)
+
+    async def _dot_may_go(self, marked: asyncio.Future[bool]) -> None:
+        """Before a final dot: the previous outcome written (invariant 3) and this dot's mark
+        (issue 23); DotRefused if the mark found the claim lost."""
+        await self._settle()
+        if not await self._written(marked):
+            raise DotRefused("the claim was lost before the final dot")
 
     async def _written(self, outcome: asyncio.Future[bool]) -> bool:
         """Once the recorder has answered for an outcome: was it written (False: claim lost)?"""
@@ -277,10 +289,19 @@ class Sender:
                 then = None
                 if following is not None and following.broadcast_id == job.broadcast_id:
                     then = functools.partial(self._ahead, target, following, envelope_from)
+                # Issue 23: this job's dot goes next on this sender; the mark rides with the
+                # previous outcome's commit when it can, and the dot waits for both.
+                marked = self.recorder.mark(queue.Dot(job, target.name))
+                marked.add_done_callback(_retrieved)
+                before_dot = functools.partial(self._dot_may_go, marked)
                 try:
                     reply = await session.send(
-                        envelope_from, job.email, data, before_dot=self._settle, then=then
+                        envelope_from, job.email, data, before_dot=before_dot, then=then
                     )
+                except DotRefused:
+                    session.close()  # in its DATA: hang up, never send that dot
+                    log.error("claim on job %s was lost before its final dot", job.id)
+                    return Unsent.STOP
                 except OutcomeNotWritten:
                     raise
                 except Exception as exc:  # a bug on one job's path: its outcome, not a crash
@@ -397,6 +418,8 @@ class Sender:
         st = self.settings
         if reply.stage == "render":
             verdict = Verdict.REJECTED
+        if verdict is Verdict.UNCONFIRMED and st.unconfirmed == "resend":
+            verdict = Verdict.TRANSIENT  # a rare duplicate rather than a decision
         t = transition(
             verdict, job.attempts, job.sender_faults, st.backoff, st.job_sender_fault_limit
         )
@@ -449,6 +472,13 @@ class Sender:
             )
         for j in jobs:
             self.claims.let_go(j.id)
+
+
+def _retrieved(done: asyncio.Future[bool]) -> None:
+    """A mark's future nobody awaited (the dot never came): its error is the recorder's, told
+    through the outcomes."""
+    if not done.cancelled():
+        done.exception()
 
 
 def summary(exc: BaseException) -> str:

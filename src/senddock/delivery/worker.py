@@ -186,7 +186,10 @@ class Worker:
         Alarm.install()
         await self._register()
         conn = await self.hb.conn()
-        n = await rescuer.sweep(conn, self.lease.worker_id, self.ident, self.lease.seconds)
+        hold = self.settings.unconfirmed == "hold"
+        n = await rescuer.sweep(
+            conn, self.lease.worker_id, self.ident, self.lease.seconds, hold=hold
+        )
         log.info(
             "worker %s started with %d senders; rescued %d jobs at boot",
             self.lease.worker_id,

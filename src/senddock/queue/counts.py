@@ -28,7 +28,7 @@ Conn = psycopg.Connection[dict[str, Any]]
 AsyncConn = AsyncConnection[dict[str, Any]]
 
 # A job's status, and for a failed one the reason it failed.
-JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled"]
+JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled", "unconfirmed"]
 Failure = Literal["bounced", "suppressed", "exhausted", "rejected"]
 JOB_STATUSES: tuple[str, ...] = get_args(JobState)
 FAILURES: tuple[str, ...] = get_args(Failure)
@@ -45,6 +45,8 @@ class Counts:
     sent: int = 0
     failed: int = 0
     cancelled: int = 0
+    # The final dot went and no outcome was recorded (issue 23): a person resends or confirms.
+    unconfirmed: int = 0
     bounced: int = 0
     suppressed: int = 0
     exhausted: int = 0
@@ -64,16 +66,19 @@ def _counts(states: dict[str, int], sending: int) -> Counts:
     """Counts from the counted states of one broadcast (or of all) and its held jobs."""
     failed = {k[len("failed:") :]: n for k, n in states.items() if k.startswith("failed:")}
     total = states.get("total", 0)
-    retry, sent, cancelled = (states.get(k, 0) for k in ("retry", "sent", "cancelled"))
+    retry, sent, cancelled, unconfirmed = (
+        states.get(k, 0) for k in ("retry", "sent", "cancelled", "unconfirmed")
+    )
     all_failed = sum(failed.values())
     return Counts(
         total=total,
-        pending=total - sending - retry - sent - all_failed - cancelled,
+        pending=total - sending - retry - sent - all_failed - cancelled - unconfirmed,
         sending=sending,
         retry=retry,
         sent=sent,
         failed=all_failed,
         cancelled=cancelled,
+        unconfirmed=unconfirmed,
         **{reason: failed.get(reason, 0) for reason in FAILURES},
     )
 

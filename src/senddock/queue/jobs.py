@@ -15,7 +15,7 @@ cancelled -> cancelled; nothing else writes it once a campaign has a broadcast)
     running --pause_for_sender_fault (replies about us, several in a row)--> paused
     running --set_running (campaign pause)--> paused --set_running (resume)--> running
     running|paused --cancel_broadcast--> cancelled
-    running, fully enqueued, no job pending|sending|retry --finish--> finished
+    running, fully enqueued, no job pending|sending|retry|unconfirmed --finish--> finished
     finished --bump_generation, requeue_failed, reopen (retry-failed)--> running
     running|paused --bump_generation, requeue_failed (retry-failed)--> unchanged (a paused one
                                     waits for resume)
@@ -26,7 +26,11 @@ Job (a row of broadcast_jobs)
     pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
                                     one suspect a process)
     pending|retry, address now suppressed --claim--> failed (suppressed), never sent
+    sending --mark_dots (with the previous outcome of its session: RECORD_AND_MARK)--> sending,
+                                    its final dot about to go (dot_at, dot_relay)
     sending --record_many: 250 after DATA--> sent
+    sending --record_many: the dot went, no reply (RFC 1047), SENDDOCK_UNCONFIRMED=hold-->
+                                    unconfirmed (attempt spent, owner kept)
     sending --record_many: 4xx, network, DNS--> retry (run_at + backoff) | failed (exhausted)
     sending --record_many: 5xx at RCPT, 5.1.x or none--> failed (bounced)
                                     + suppress_bounces, tag_all_bounced in the same transaction
@@ -37,6 +41,13 @@ Job (a row of broadcast_jobs)
     sending, claimed, never started --release / release_orphans--> pending|retry, attempt back
                                     (cancelled at once if its broadcast is cancelled)
     sending, owner dead --rescue--> retry as a suspect (attempt back, death counted)
+    sending, owner dead, its dot marked, hold --rescue--> unconfirmed (attempt spent, owner kept,
+                                    never resent on its own; with resend: retry as above)
+    unconfirmed --record_many (its owner, same attempt: a late reply after a lease lapse)-->
+                                    sent | retry | failed as from sending
+    unconfirmed --resend_unconfirmed (a person)--> pending|retry, due now, attempt given back,
+                                    same Message-ID
+    unconfirmed --confirm (a person, from the relay's log)--> sent
     sending, owner dead holding it as its one suspect, SUSPECT_DEATHS times --rescue--> failed
                                     (rejected), never sent again
     pending|retry --cancel_jobs (campaign cancelled)--> cancelled
@@ -404,6 +415,47 @@ class Outcome:
     reply: Reply
 
 
+@dataclass(frozen=True)
+class Dot:
+    """A job whose final dot is about to go, to the relay named `relay` (issue 23)."""
+
+    job: Job
+    relay: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one group commit wrote: the outcomes, and the dots marked (the others lost their
+    claim)."""
+
+    outcomes: set[int]
+    dots: set[int]
+
+
+# A group with dots: the dots' marks and the outcomes in one statement (one round trip, one
+# commit). The two never touch one row: the recorder drops the mark of a job whose outcome
+# (a refusal before its dot) is in the same group.
+RECORD_AND_MARK = "\n".join(
+    [
+        "WITH dots AS (",
+        QUERIES["mark_dots"],
+        "), outcomes AS (",
+        QUERIES["record_many"],
+        ") SELECT id, true AS dot FROM dots UNION ALL SELECT id, false AS dot FROM outcomes",
+    ]
+)
+
+
+def dot_rows(owner: int, dots: list[Dot]) -> str:
+    """mark_dots's one parameter, as JSON (see outcome_rows)."""
+    return json.dumps(
+        [
+            {"id": d.job.id, "owner": owner, "attempt": d.job.attempts, "relay": d.relay}
+            for d in dots
+        ]
+    )
+
+
 def outcome_rows(owner: int, outcomes: list[Outcome]) -> str:
     """record_many's one parameter: dumping JSON is one C call, where eleven arrays would cost
     a Python loop each."""
@@ -415,15 +467,42 @@ async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> s
 
     An id missing from the result lost its claim (rescued or released) and was not written.
     """
-    params = {"outcomes": outcome_rows(owner, outcomes)}
+    return (await record_group(conn, owner, outcomes)).outcomes
+
+
+async def _record_statement(
+    conn: AsyncConn, owner: int, outcomes: list[Outcome], dots: list[Dot]
+) -> Recorded:
+    if not dots:
+        params = {"outcomes": outcome_rows(owner, outcomes)}
+        cur = await conn.execute(QUERIES["record_many"], params)
+        return Recorded({int(r["id"]) for r in await cur.fetchall()}, set())
+    if not outcomes:
+        cur = await conn.execute(QUERIES["mark_dots"], {"dots": dot_rows(owner, dots)})
+        return Recorded(set(), {int(r["id"]) for r in await cur.fetchall()})
+    params = {"outcomes": outcome_rows(owner, outcomes), "dots": dot_rows(owner, dots)}
+    rows = await (await conn.execute(RECORD_AND_MARK, params)).fetchall()
+    return Recorded(
+        {int(r["id"]) for r in rows if not r["dot"]}, {int(r["id"]) for r in rows if r["dot"]}
+    )
+
+
+async def record_group(
+    conn: AsyncConn, owner: int, outcomes: list[Outcome], dots: list[Dot] | None = None
+) -> Recorded:
+    """Write many outcomes and mark many dots in one transaction (group commit).
+
+    An id missing from the result lost its claim (rescued or released) and was not written; a
+    dot missing must not go.
+    """
+    dots = dots or []
     if not any(o.transition.suppress for o in outcomes):
         _own_transaction(conn)
         # The common group: one statement, its own transaction on an autocommit connection.
-        cur = await conn.execute(QUERIES["record_many"], params)
-        return {int(r["id"]) for r in await cur.fetchall()}
+        return await _record_statement(conn, owner, outcomes, dots)
     async with conn.transaction():
-        cur = await conn.execute(QUERIES["record_many"], params)
-        written = {int(r["id"]) for r in await cur.fetchall()}
+        recorded = await _record_statement(conn, owner, outcomes, dots)
+        written = recorded.outcomes
         bounced = [o for o in outcomes if o.transition.suppress and o.job.id in written]
         if bounced:
             await conn.execute(
@@ -436,17 +515,24 @@ async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> s
             )
             lowered = [o.job.email.lower() for o in bounced]
             await conn.execute(QUERIES["tag_all_bounced"], {"lowered": lowered})
-    return written
+    return recorded
 
 
-async def landed_many(conn: AsyncConn, owner: int, jobs: list[Job]) -> set[int]:
-    """After a `record_many` whose commit was never acknowledged: the ids whose outcome landed.
+async def landed_many(
+    conn: AsyncConn, owner: int, jobs: list[Job], dotted: list[Job] | None = None
+) -> set[int]:
+    """After a `record_many` whose commit was never acknowledged: the ids whose outcome landed,
+    and of `dotted` (the group's dots) those whose mark landed.
 
     An outcome landed if its row is no longer our claim at this attempt yet still names us as
-    owner (an outcome keeps the owner; a rescue or release clears it). The group is one
-    transaction, so either every outcome that matched its fence landed, or none did.
+    owner (an outcome keeps the owner; a rescue or release clears it). A mark landed if the row
+    is still our claim at this attempt with `dot_at` set (a claim clears it). The group is one
+    transaction, so either every row that matched its fence landed, or none did. (A job is
+    never both an outcome and a dot of one group: the recorder drops such a mark.)
     """
-    cur = await conn.execute(QUERIES["read_back_many"], {"ids": [j.id for j in jobs]})
+    dotted = dotted or []
+    ids = [j.id for j in jobs] + [j.id for j in dotted]
+    cur = await conn.execute(QUERIES["read_back_many"], {"ids": ids})
     rows = {int(r["id"]): r for r in await cur.fetchall()}
     found = set()
     for job in jobs:
@@ -454,6 +540,12 @@ async def landed_many(conn: AsyncConn, owner: int, jobs: list[Job]) -> set[int]:
         if row is None or row["owner"] != owner:
             continue
         if row["status"] != "sending" or row["attempts"] != job.attempts:
+            found.add(job.id)
+    for job in dotted:
+        row = rows.get(job.id)
+        if row is None or row["owner"] != owner or row["attempts"] != job.attempts:
+            continue
+        if row["status"] == "sending" and row["dotted"]:
             found.add(job.id)
     return found
 
@@ -475,11 +567,13 @@ async def release_orphans(conn: AsyncConn, owner: int, held: list[int]) -> int:
     return cur.rowcount
 
 
-async def rescue(conn: AsyncConn, dead: list[int]) -> int:
-    """Return the jobs of dead owners as suspects (jobs.sql, rescue); the number rescued."""
+async def rescue(conn: AsyncConn, dead: list[int], *, hold: bool = True) -> int:
+    """Return the jobs of dead owners as suspects, or (`hold`) those whose dot went as
+    unconfirmed (jobs.sql, rescue); the number rescued."""
     if not dead:
         return 0
-    cur = await conn.execute(QUERIES["rescue"], {"dead": dead, "alone_limit": SUSPECT_DEATHS})
+    params = {"dead": dead, "alone_limit": SUSPECT_DEATHS, "hold": hold}
+    cur = await conn.execute(QUERIES["rescue"], params)
     return cur.rowcount
 
 
@@ -563,6 +657,50 @@ def requeue_failed(conn: Conn, broadcast_id: int) -> int:
         conn.execute(QUERIES["reopen"], {"b": broadcast_id})
         wake(conn)
     return n
+
+
+def resend_unconfirmed(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
+    """A person's choice: the broadcast's unconfirmed jobs (or those of `ids`) go again (same
+    Message-ID); how many. Workers are woken. In the caller's transaction."""
+    params = {"b": broadcast_id, "ids": ids}
+    n = conn.execute(QUERIES["resend_unconfirmed"], params).rowcount
+    if n:
+        wake(conn)
+    return n
+
+
+def confirm(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
+    """A person's word, from the relay's log: the broadcast's unconfirmed jobs (or those of
+    `ids`) went; how many are sent now. In the caller's transaction."""
+    return conn.execute(QUERIES["confirm"], {"b": broadcast_id, "ids": ids}).rowcount
+
+
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A job whose final dot went and whose outcome is unknown: when, where, from whom."""
+
+    id: int
+    email: str
+    message_id: str
+    worker_id: int | None
+    dot_at: datetime | None
+    relay: str | None
+
+
+def unconfirmed_jobs(conn: Conn, broadcast_id: int, limit: int = 100) -> list[Unconfirmed]:
+    """Up to `limit` unconfirmed jobs of a broadcast, oldest dot first."""
+    rows = conn.execute(QUERIES["unconfirmed_jobs"], {"b": broadcast_id, "limit": limit})
+    return [
+        Unconfirmed(
+            int(r["id"]),
+            r["email"],
+            r["message_id"],
+            None if r["owner"] is None else int(r["owner"]),
+            r["dot_at"],
+            r["dot_relay"],
+        )
+        for r in rows
+    ]
 
 
 # ----- Scheduled drafts -----

@@ -188,6 +188,8 @@ WITH suspect AS (
         suspect_claim = p.suspect AND NOT p.suppressed,
         owner         = %(owner)s,
         claimed_at    = now(),
+        dot_at        = NULL,
+        dot_relay     = NULL,
         updated_at    = now()
     FROM picked p
     WHERE j.id = p.id
@@ -203,7 +205,10 @@ ORDER BY c.id
 -- name: record_many
 -- Invariants 3 and 4 with group commit: the outcomes of many sessions in one statement, each
 -- row fenced by its claim: still `sending`, for this owner, at this attempt. Only the rows
--- returned were written.
+-- returned were written. A row a peer rescued as `unconfirmed` while we were cut off from the
+-- database (same owner and attempt: rescue keeps both) takes our outcome too, so a 250 that
+-- came late is never lost.
+-- An outcome `unconfirmed` (the dot went, no reply: RFC 1047) keeps its owner, like the rest.
 -- Every fence value (owner, attempt, the `sending` it was claimed into) comes with its row, so
 -- the primary key is the only index that can find the rows: fenced by constants, the planner
 -- read every row this process holds through broadcast_jobs_sending and hashed them, for each
@@ -224,7 +229,21 @@ FROM jsonb_to_recordset(%(outcomes)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
           stage text)
-WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt AND j.status = r.held
+WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
+  AND (j.status = r.held OR j.status = 'unconfirmed')
+RETURNING j.id
+
+-- name: mark_dots
+-- Invariant 3, and issue 23: these jobs' final dots are about to go. Written in the commit of
+-- the previous outcome of each one's session when that is still waiting (jobs.py
+-- RECORD_AND_MARK: record_many and this statement in one), alone otherwise; the dot waits for
+-- it. A rescue then knows the job may have been accepted (rescue: unconfirmed, never resent on
+-- its own). Fenced like an outcome (invariant 4): a row not returned lost its claim, and its
+-- dot must not go. By primary key, as record_many.
+UPDATE broadcast_jobs j
+SET dot_at = now(), dot_relay = d.relay
+FROM jsonb_to_recordset(%(dots)s::jsonb) AS d(id bigint, owner int, attempt int, relay text)
+WHERE j.id = d.id AND j.owner = d.owner AND j.attempts = d.attempt AND j.status = 'sending'
 RETURNING j.id
 
 -- name: suppress_bounces
@@ -241,8 +260,10 @@ UPDATE subscribers SET status = 'bounced', updated_at = now()
 WHERE lower(email) = ANY(%(lowered)s::text[])
 
 -- name: read_back_many
--- Invariant 4: after a group commit whose reply was lost, which of its rows landed.
-SELECT id, status, owner, attempts FROM broadcast_jobs WHERE id = ANY(%(ids)s::bigint[])
+-- Invariant 4: after a group commit whose reply was lost, which of its rows landed (a dot's
+-- mark landed if `dot_at` is set: a claim clears it).
+SELECT id, status, owner, attempts, dot_at IS NOT NULL AS dotted
+FROM broadcast_jobs WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: release
 -- Claims this process holds but never started (shutdown, a pause or cancel's `stop:`): back to
@@ -275,7 +296,12 @@ WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s:
   AND b.id = j.broadcast_id
 
 -- name: rescue
--- Invariant 5: only jobs of owners known dead are rescued. Which of them killed the process
+-- Invariant 5: only jobs of owners known dead are rescued. A job whose final dot was about to
+-- go (`dot_at`, written with the previous outcome of its session: mark_dots) may have been
+-- accepted: with `hold` (SENDDOCK_UNCONFIRMED, the default) it becomes `unconfirmed`, its
+-- attempt spent, its owner kept (a late outcome of a worker that was only cut off still lands:
+-- record_many), and waits for a person (resend_unconfirmed, confirm). At most one a session.
+-- The others were never past their envelope. Which of them killed the process
 -- (if one did) is unknown, and most were never started: each goes back to retry (it may have
 -- been sent, so it is not pending) with its attempt given back and the death counted
 -- (`deaths`): a suspect from now on, claimed one at a time a process (claim). The one a process
@@ -283,23 +309,30 @@ WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s:
 -- it fails as rejected, never tried again, so a job that kills every worker that takes it
 -- cannot retry forever (invariant 2's reason), and no other job pays.
 WITH dead AS (
-    SELECT j.id, j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
+    SELECT j.id, j.dot_at IS NOT NULL AND %(hold)s AS dotted,
+           j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
     FROM broadcast_jobs j
     WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
 )
 UPDATE broadcast_jobs j
-SET status        = CASE WHEN d.poison THEN 'failed' ELSE 'retry' END,
-    failure       = CASE WHEN d.poison THEN 'rejected' END,
-    attempts      = j.attempts - CASE WHEN d.poison THEN 0 ELSE 1 END,
-    deaths        = j.deaths + 1,
-    alone_deaths  = j.alone_deaths + CASE WHEN j.suspect_claim THEN 1 ELSE 0 END,
+SET status        = CASE WHEN d.dotted THEN 'unconfirmed'
+                         WHEN d.poison THEN 'failed' ELSE 'retry' END,
+    failure       = CASE WHEN d.poison AND NOT d.dotted THEN 'rejected' END,
+    attempts      = j.attempts - CASE WHEN d.poison OR d.dotted THEN 0 ELSE 1 END,
+    deaths        = j.deaths + CASE WHEN d.dotted THEN 0 ELSE 1 END,
+    alone_deaths  = j.alone_deaths
+                    + CASE WHEN j.suspect_claim AND NOT d.dotted THEN 1 ELSE 0 END,
     suspect_claim = false,
-    owner         = NULL,
+    owner         = CASE WHEN d.dotted THEN j.owner END,
     run_at        = now(),
     last_stage    = 'rescue',
     last_code     = NULL,
     last_enhanced = NULL,
-    last_reply    = CASE WHEN d.poison
+    last_reply    = CASE WHEN d.dotted
+                         THEN 'worker ' || j.owner || ' died after its final dot went to '
+                              || coalesce(j.dot_relay, 'the relay')
+                              || ', before the reply was recorded: unconfirmed'
+                         WHEN d.poison
                          THEN 'worker died while sending this job (' || (j.alone_deaths + 1)
                               || ' times, as its only suspect); not sent again'
                          ELSE 'worker ' || j.owner
@@ -333,6 +366,10 @@ WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
   AND (SELECT coalesce(sum(CASE WHEN k.state = 'total' THEN k.n
                                 WHEN k.state = 'retry' THEN 0 ELSE -k.n END), 0)
        FROM broadcast_counts k WHERE k.broadcast_id = b.id) = 0
+  -- Nor unconfirmed (issue 23): a person has to resend or confirm it before the campaign is
+  -- `sent`, so "sent" never hides a message that may not have gone.
+  AND coalesce((SELECT sum(k.n) FROM broadcast_counts k
+                WHERE k.broadcast_id = b.id AND k.state = 'unconfirmed'), 0) = 0
 RETURNING b.campaign_id AS id
 
 -- name: pause_for_sender_fault
@@ -393,6 +430,46 @@ SET status = 'pending', failure = NULL, attempts = 0, sender_faults = 0, owner =
     run_at = now(), updated_at = now()
 WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
   AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email))
+
+-- name: resend_unconfirmed
+-- Issue 23: a person chose to send the unconfirmed jobs of a broadcast again (the relay's log
+-- shows they did not go, or a rare duplicate is better than silence): back to pending or
+-- retry, due now, their attempt given back (the unconfirmed one was never judged, so the same
+-- delivery is not charged twice), their Message-ID kept (invariant 9), so a relay or a reader
+-- can tell a duplicate. `dot_at` and `dot_relay` stay until the next claim clears them.
+-- `ids`: only these jobs (NULL: all of the broadcast's).
+UPDATE broadcast_jobs
+SET status     = CASE WHEN attempts - 1 <= 0 THEN 'pending' ELSE 'retry' END,
+    attempts   = greatest(attempts - 1, 0),
+    owner      = NULL,
+    run_at     = now(),
+    last_stage = 'resend',
+    last_reply = 'unconfirmed; sent again on request',
+    updated_at = now()
+WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+
+-- name: confirm
+-- Issue 23: a person confirmed from the relay's log that the unconfirmed jobs of a broadcast
+-- went: sent, as of their final dot. The broadcast may then finish (finish). `ids`: only
+-- these jobs (NULL: all).
+UPDATE broadcast_jobs
+SET status     = 'sent',
+    sent_at    = coalesce(dot_at, now()),
+    last_stage = 'confirm',
+    last_reply = 'unconfirmed; confirmed sent on request',
+    updated_at = now()
+WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+
+-- name: unconfirmed_jobs
+-- Issue 23: the unconfirmed jobs of a broadcast with when their dot went, to which relay and
+-- from which worker (campaign status, the API, the dashboard), oldest first.
+SELECT id, email, message_id, owner, dot_at, dot_relay, attempts
+FROM broadcast_jobs
+WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
+ORDER BY dot_at NULLS FIRST, id
+LIMIT %(limit)s
 
 -- name: reopen
 -- Invariant 8: a finished broadcast with work again is running again (and its campaign sending

@@ -1,7 +1,9 @@
 """The SMTP transport: one reusable session to the relay, each step named for the outcome rules.
 
 `send()` never raises for an SMTP or network failure: it returns the Reply that ended the
-attempt, tagged with the stage it happened at, so delivery/outcome.py can judge it.
+attempt, tagged with the stage it happened at, so delivery/outcome.py can judge it. A failure
+after the final dot was written, before its reply, is the stage "dot" (RFC 1047: the server may
+have accepted the message).
 
 aiosmtplib opens the session (connect, EHLO, STARTTLS, AUTH). The transactions then run on
 `_Replies`, which takes over the connection: when the server offers PIPELINING (RFC 2920; Postfix
@@ -376,7 +378,11 @@ class SmtpSession:
                 self._ahead = following
         sent = time.monotonic()
         conn.write(body)
-        resp = await conn.reply(self.timeout)
+        try:
+            resp = await conn.reply(self.timeout)
+        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+            # The final dot went: the server may have accepted it (RFC 1047).
+            raise _Broken("dot") from exc
         self._round_trips.append(time.monotonic() - sent)
         return resp
 

@@ -383,6 +383,26 @@ def retry_failed(conn: Db, campaign_id: CampaignId) -> s.Requeued:
     return s.Requeued(requeued=n, campaign=_status(conn, campaign_id))
 
 
+@router.post(
+    "/campaigns/{campaign_id}/resend-unconfirmed",
+    tags=["campaigns"],
+    response_model=s.UnconfirmedDone,
+)
+def resend_unconfirmed(conn: Db, campaign_id: CampaignId) -> s.UnconfirmedDone:
+    """Send the unconfirmed recipients again (same Message-ID)."""
+    n = campaigns.resend_unconfirmed(conn, campaign_id)
+    return s.UnconfirmedDone(unconfirmed=n, campaign=_status(conn, campaign_id))
+
+
+@router.post(
+    "/campaigns/{campaign_id}/confirm", tags=["campaigns"], response_model=s.UnconfirmedDone
+)
+def confirm_unconfirmed(conn: Db, campaign_id: CampaignId) -> s.UnconfirmedDone:
+    """Mark the unconfirmed recipients sent (the relay's log shows they went)."""
+    n = campaigns.confirm(conn, campaign_id)
+    return s.UnconfirmedDone(unconfirmed=n, campaign=_status(conn, campaign_id))
+
+
 @router.get(
     "/campaigns/{campaign_id}/recipients", tags=["campaigns"], response_model=s.RecipientPage
 )

@@ -182,6 +182,17 @@ class ImportJob(BaseModel):
 # -- campaigns ----------------------------------------------------------------------------
 
 
+class UnconfirmedJob(BaseModel):
+    """A recipient whose final dot went and whose outcome is unknown (issue 23)."""
+
+    id: int
+    email: str
+    message_id: str
+    worker_id: int | None = Field(description="The worker that sent the dot")
+    dot_at: datetime | None = Field(description="When the final dot was about to go")
+    relay: str | None = Field(description="The SMTP server it went to")
+
+
 class CampaignStatus(BaseModel):
     """The same keys as `senddock campaign status --json`."""
 
@@ -196,6 +207,10 @@ class CampaignStatus(BaseModel):
     sent: int
     failed: int
     cancelled: int
+    unconfirmed: int = Field(
+        default=0,
+        description="Final dot sent, no outcome recorded: resend-unconfirmed or confirm them",
+    )
     bounced: int
     suppressed: int
     exhausted: int
@@ -218,6 +233,9 @@ class CampaignStatus(BaseModel):
     last_worker_death: str | None = Field(
         default=None, description="The latest of those: when, which process, and why"
     )
+    unconfirmed_jobs: list[UnconfirmedJob] = Field(
+        default_factory=list, description="The first unconfirmed recipients (when, where)"
+    )
 
 
 class CampaignSummary(BaseModel):
@@ -234,6 +252,7 @@ class CampaignSummary(BaseModel):
     total: int
     sent: int
     failed: int
+    unconfirmed: int = 0
 
 
 class CampaignPage(Page):
@@ -294,6 +313,13 @@ class Cancelled(BaseModel):
 
 class Requeued(BaseModel):
     requeued: int
+    campaign: CampaignStatus
+
+
+class UnconfirmedDone(BaseModel):
+    """What resend-unconfirmed or confirm did."""
+
+    unconfirmed: int = Field(description="Unconfirmed recipients queued again, or confirmed")
     campaign: CampaignStatus
 
 

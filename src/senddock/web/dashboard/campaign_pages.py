@@ -223,6 +223,24 @@ def cancel(request: Request, campaign_id: int) -> Response:
     return _act(request, campaign_id, go)
 
 
+@router.post("/campaigns/{campaign_id}/resend-unconfirmed")
+def resend_unconfirmed(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        n = campaigns.resend_unconfirmed(conn, campaign_id)
+        return f"{n} unconfirmed recipients queued again." if n else "No unconfirmed recipient."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/confirm")
+def confirm(request: Request, campaign_id: int) -> Response:
+    def go(conn: Conn) -> str:
+        n = campaigns.confirm(conn, campaign_id)
+        return f"{n} unconfirmed recipients confirmed sent." if n else "No unconfirmed recipient."
+
+    return _act(request, campaign_id, go)
+
+
 @router.post("/campaigns/{campaign_id}/retry-failed")
 def retry_failed(request: Request, campaign_id: int) -> Response:
     def go(conn: Conn) -> str:
