@@ -35,6 +35,7 @@ from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.errors import SendDockError
+from senddock.queue.counts import COMPLAINT_LIMIT
 from senddock.words import plural
 
 log = logging.getLogger("senddock")
@@ -392,6 +393,13 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
         " rejected {rejected})  cancelled {cancelled}".format(**st),
     ]
+    if st["broadcast_id"] is not None:
+        lines.append(
+            f"  later: {st['bounced_later']} bounced, {st['soft_later']} soft,"
+            f" {st['policy_later']} policy, {plural(st['complaints'], 'complaint')}"
+            f" (rate {st['complaint_rate'] * 100:.2f} %,"
+            f" Gmail's limit {COMPLAINT_LIMIT * 100:.1f} %)"
+        )
     if not st["enqueue_done"]:
         lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
     if st["pause_reason"]:

@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     # A dashboard session ends after this long unused, and this long after sign-in whatever.
     session_idle_timeout: Duration = 12 * 3600.0
     session_lifetime: Duration = 14 * 86400.0
+    # Bounces after the 250 (issue 21).
+    # This many soft bounces (distinct messages) within this many days suppress an address.
+    soft_bounce_limit: int = Field(default=3, ge=1)
+    soft_bounce_days: int = Field(default=30, ge=1)
 
     @functools.cached_property
     def proxies(self) -> list[str]:

@@ -7,7 +7,8 @@ re-delivers a message whose digest is known (nothing changes).
 
 A finding is matched to a job by the VERP address it came to (signed: a forged one names
 nobody), else by our Message-ID in the returned original when that job still has it. What
-matches nothing is kept, unmatched, and suppresses nobody.
+matches nothing is kept, unmatched, and suppresses nobody. What a matched one does (suppress,
+count, mark the job) is the queue's (queue/bounces.py), in the same transaction.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import psycopg
 from senddock.bounces.parse import Finding, Report, parse
 from senddock.bounces.verp import ReturnPath, message_id_names
 from senddock.db import sql
+from senddock.queue import bounces as effects
 
 QUERIES = sql.load(__package__, "store.sql")
 
@@ -71,6 +73,7 @@ def read(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit | None = None,
 ) -> tuple[str, list[tuple[int, Finding, Match | None]]]:
     """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
     report = parse(raw)
@@ -99,6 +102,7 @@ def read(
             },
         ).fetchone()
         assert row is not None
+        effects.apply(conn, finding, match, soft or effects.SoftLimit.default())
         recorded.append((int(row["id"]), finding, match))
     why = None if any(m for _, _, m in recorded) else "matches no message of ours"
     conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
@@ -112,6 +116,7 @@ def receive(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit | None = None,
 ) -> Received:
     """Store and read one message in one transaction (see the module)."""
     # The same bytes to two of our addresses are two bounces; to one address twice, one.
@@ -132,6 +137,6 @@ def receive(
             assert known is not None
             return Received(int(known["id"]), False, str(known["state"]))
         message = int(row["id"])
-        state, recorded = read(conn, message, raw, envelope_to, return_path, key)
+        state, recorded = read(conn, message, raw, envelope_to, return_path, key, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(message, True, state, len(recorded), matched)
