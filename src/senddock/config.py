@@ -93,7 +93,9 @@ class Settings(BaseSettings):
     # A dashboard session ends after this long unused, and this long after sign-in whatever.
     session_idle_timeout: Duration = 12 * 3600.0
     session_lifetime: Duration = 14 * 86400.0
-    # Bounces after the 250 (issue 21).
+    # Bounces after the 250 (issue 21): the return path's domain (`bounces.example.org`) or
+    # address (`bounce@example.org`); unset, bounces are read by our Message-ID alone.
+    bounce_domain: str | None = None
     # This many soft bounces (distinct messages) within this many days suppress an address.
     soft_bounce_limit: int = Field(default=3, ge=1)
     soft_bounce_days: int = Field(default=30, ge=1)
