@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from senddock.bounces.store import receive
 from senddock.testing import Catcher
 from senddock.testing.catcher import Fault
-from support import Conn, seed_list, senddock, wait_until, worker_env
+from support import Conn, jobs, seed_list, senddock, wait_until, worker_env
+from test_bounce_effects import report
 from web_support import Server, ServerFactory, make_admin, make_token, servers
 
 CAMPAIGN = {
@@ -452,7 +454,13 @@ def test_metrics_report_the_queue_as_the_rows_say(
     with client(server, make_token(db_url)) as c:
         cid = c.post("/api/v1/campaigns", json=CAMPAIGN).json()["id"]
         c.post(f"/api/v1/campaigns/{cid}/send")
-        wait_status(c, cid, "sent")
+        done = wait_status(c, cid, "sent")
+        # A spam complaint about one of them, after the 250 (queue/bounces.py).
+        job = jobs(conn, done["broadcast_id"])["m0@example.org"]
+        arf = report("arf-abuse", "m0@example.org", job["message_id"])
+        assert receive(conn, "pipe", arf, None, None, b"").matched == 1
+        st = c.get(f"/api/v1/campaigns/{cid}").json()
+        assert (st["complaints"], st["bounced_later"], st["complaint_rate"]) == (1, 0, 0.2)
         text = c.get("/metrics").text
     assert httpx.get(server.url + "/metrics").status_code == 401
 
@@ -470,6 +478,8 @@ def test_metrics_report_the_queue_as_the_rows_say(
     assert value("senddock_claim_to_send_seconds_count") == 5
     assert value("senddock_claim_to_send_seconds_sum") >= 0
     assert value("senddock_workers_live") == 1
+    assert value('senddock_later_reports{kind="complaint"}') == 1
+    assert value('senddock_later_reports{kind="hard"}') == 0
 
 
 # -- bad input ------------------------------------------------------------------------------

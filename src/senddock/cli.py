@@ -35,6 +35,7 @@ from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.errors import SendDockError
+from senddock.queue.counts import COMPLAINT_LIMIT
 from senddock.words import plural
 
 log = logging.getLogger("senddock")
@@ -404,6 +405,13 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
                 f"    {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
                 f" {u['worker_id']}  {u['message_id']}"
             )
+    if st["broadcast_id"] is not None:
+        lines.append(
+            f"  later: {st['bounced_later']} bounced, {st['soft_later']} soft,"
+            f" {st['policy_later']} policy, {plural(st['complaints'], 'complaint')}"
+            f" (rate {st['complaint_rate'] * 100:.2f} %,"
+            f" Gmail's limit {COMPLAINT_LIMIT * 100:.1f} %)"
+        )
     if not st["enqueue_done"]:
         lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
     if st["pause_reason"]:
@@ -1229,6 +1237,55 @@ def bounces_parse(files: tuple[str, ...]) -> None:
             raise Fail(f"cannot read {file}: {exc.strerror}") from exc
         for record in records(file, parse(raw)):
             click.echo(json.dumps(record, ensure_ascii=False))
+
+
+class TempFail(Fail):
+    """A failure that may pass (the database is down): EX_TEMPFAIL, so a mail server that
+    pipes a bounce to us keeps it and tries again."""
+
+    exit_code = 75
+
+
+@bounces_group.command("ingest")
+@click.argument("file", default="-", type=click.File("rb"))
+@click.option(
+    "--recipient",
+    metavar="ADDRESS",
+    help="The envelope recipient (default: the message's X-Original-To or Delivered-To).",
+)
+def bounces_ingest(file: Any, recipient: str | None) -> None:
+    """Record one returned message from FILE (or stdin, '-'), as a mail server's pipe would.
+
+    Matches it to our job (by the signed return path when SENDDOCK_BOUNCE_DOMAIN is set, else
+    by our Message-ID), applies its effects (suppressions, counts) and prints one line. Exit
+    75 (EX_TEMPFAIL) when the database cannot take it: the mail server tries again later.
+    """
+    from senddock.bounces.parse import MAX_BYTES
+    from senddock.bounces.poll import envelope_to
+    from senddock.bounces.store import receive
+    from senddock.bounces.verp import ReturnPath
+    from senddock.queue.bounces import SoftLimit
+
+    s = settings()
+    try:
+        path = ReturnPath.parse(s.bounce_domain) if s.bounce_domain else None
+    except ValueError as exc:
+        raise Fail(f"bad configuration: SENDDOCK_BOUNCE_DOMAIN: {exc}") from exc
+    raw = file.read(MAX_BYTES + 1)  # enough to know it is too big (kept, unparsable)
+    to = recipient or envelope_to(raw)
+    try:
+        with connect(database_url(s)) as conn:
+            check_current(conn)
+            key = compose.link_key(conn, s) if path is not None else b""
+            got = receive(conn, "pipe", raw, to, path, key, SoftLimit.of(s))
+    except psycopg.OperationalError as exc:
+        raise TempFail(f"cannot reach the database: {_first_line(exc)}") from exc
+    if not got.new:
+        click.echo(f"already recorded as message {got.id}")
+    else:
+        click.echo(
+            f"recorded message {got.id}: {plural(got.findings, 'finding')}, {got.matched} matched"
+        )
 
 
 def main() -> None:

@@ -111,6 +111,12 @@ class Settings(BaseSettings):
     sendgrid_public_key: SecretStr | None = None
     postmark_webhook_user: str | None = None
     postmark_webhook_password: SecretStr | None = None
+    # Bounces after the 250 (issue 21): the return path's domain (`bounces.example.org`) or
+    # address (`bounce@example.org`); unset, bounces are read by our Message-ID alone.
+    bounce_domain: str | None = None
+    # This many soft bounces (distinct messages) within this many days suppress an address.
+    soft_bounce_limit: int = Field(default=3, ge=1)
+    soft_bounce_days: int = Field(default=30, ge=1)
 
     @functools.cached_property
     def proxies(self) -> list[str]:

@@ -22,6 +22,7 @@ import psycopg
 from senddock.bounces.parse import Finding, parse
 from senddock.bounces.verp import ReturnPath, message_id_names
 from senddock.db import sql
+from senddock.queue import bounces as effects
 
 QUERIES = sql.load(__package__, "store.sql")
 
@@ -74,10 +75,12 @@ def _record_findings(
     findings: tuple[Finding, ...],
     named: tuple[int, int] | None,
     fallback_message_id: str | None,
+    soft: effects.SoftLimit | None = None,
 ) -> Recorded:
     """The one loop over a message's findings, returned mail or provider event alike: match
-    each to its job (VERP, else our Message-ID) and record it, in the caller's transaction;
-    then mark the message read. [(finding id, finding, match)]."""
+    each to its job (VERP, else our Message-ID), record it and apply its effect (queue/bounces:
+    suppression, the job's record, the counts), in the caller's transaction; then mark the
+    message read. [(finding id, finding, match)]."""
     recorded: Recorded = []
     for finding in findings:
         match = _match(conn, finding, named, fallback_message_id)
@@ -95,6 +98,7 @@ def _record_findings(
             },
         ).fetchone()
         assert row is not None
+        effects.apply(conn, finding, match, soft or effects.SoftLimit.default())
         recorded.append((int(row["id"]), finding, match))
     why = None if any(m for _, _, m in recorded) else "matches no message of ours"
     conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
@@ -108,6 +112,7 @@ def read(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit | None = None,
 ) -> tuple[str, Recorded]:
     """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
     report = parse(raw)
@@ -119,7 +124,7 @@ def read(
     named = None
     if return_path is not None and envelope_to:
         named = return_path.read(key, envelope_to)
-    return "read", _record_findings(conn, message, report.findings, named, report.message_id)
+    return "read", _record_findings(conn, message, report.findings, named, report.message_id, soft)
 
 
 def _store(
@@ -145,6 +150,7 @@ def receive(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit | None = None,
 ) -> Received:
     """Store and read one message in one transaction (see the module)."""
     # The same bytes to two of our addresses are two bounces; to one address twice, one.
@@ -153,7 +159,7 @@ def receive(
         stored = _store(conn, source, envelope_to, digest, raw)
         if isinstance(stored, Received):
             return stored
-        state, recorded = read(conn, stored, raw, envelope_to, return_path, key)
+        state, recorded = read(conn, stored, raw, envelope_to, return_path, key, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(stored, True, state, len(recorded), matched)
 
@@ -165,6 +171,7 @@ def receive_event(
     findings: tuple[Finding, ...],
     message_id: str | None = None,
     identity: bytes | None = None,
+    soft: effects.SoftLimit | None = None,
 ) -> Received:
     """Store a provider's verified event once and record its findings, in one transaction.
 
@@ -183,6 +190,6 @@ def receive_event(
             why = "no bounce or complaint in this event"
             conn.execute(QUERIES["mark"], {"id": stored, "state": "none", "why": why})
             return Received(stored, True, "none")
-        recorded = _record_findings(conn, stored, findings, None, message_id)
+        recorded = _record_findings(conn, stored, findings, None, message_id, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(stored, True, "read", len(recorded), matched)

@@ -32,6 +32,8 @@ JobState = Literal["pending", "sending", "retry", "sent", "failed", "cancelled",
 Failure = Literal["bounced", "suppressed", "exhausted", "rejected"]
 JOB_STATUSES: tuple[str, ...] = get_args(JobState)
 FAILURES: tuple[str, ...] = get_args(Failure)
+# Gmail's and Yahoo's bulk-sender rule: spam complaints below 0.3 % of the messages sent.
+COMPLAINT_LIMIT = 0.003
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,17 @@ class Counts:
     suppressed: int = 0
     exhausted: int = 0
     rejected: int = 0
+    # Reports that came back after the relay's 250 (queue/bounces.py), each job once per kind:
+    # hard bounces, soft ones, policy refusals and spam complaints.
+    bounced_later: int = 0
+    soft_later: int = 0
+    policy_later: int = 0
+    complaints: int = 0
+
+    @property
+    def complaint_rate(self) -> float:
+        """Complaints per message sent (0 before any is sent); compare with COMPLAINT_LIMIT."""
+        return self.complaints / self.sent if self.sent else 0.0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -60,6 +73,13 @@ class Counts:
 
 
 COUNT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
+# The counter of each later report's kind: broadcast_counts state 'later:<kind>'.
+LATER: dict[str, str] = {
+    "hard": "bounced_later",
+    "soft": "soft_later",
+    "policy": "policy_later",
+    "complaint": "complaints",
+}
 
 
 def _counts(states: dict[str, int], sending: int) -> Counts:
@@ -80,6 +100,7 @@ def _counts(states: dict[str, int], sending: int) -> Counts:
         cancelled=cancelled,
         unconfirmed=unconfirmed,
         **{reason: failed.get(reason, 0) for reason in FAILURES},
+        **{key: states.get(f"later:{kind}", 0) for kind, key in LATER.items()},
     )
 
 

@@ -2,9 +2,10 @@
 -- migration 0010 in the same transactions as the transitions.
 
 -- name: counters
--- Invariant 8: a broadcast's counted states (total, retry, sent, failed by reason, cancelled),
--- summed over the slots the writers shard them into: at most 16 rows per state, whatever the
--- size of the broadcast, and untouched by retention, which deletes jobs but no counter.
+-- Invariant 8: a broadcast's counted states (total, retry, sent, failed by reason, cancelled,
+-- and 'later:<kind>': reports after the 250, queue/bounces.sql), summed over the slots the
+-- writers shard them into: at most 16 rows per state, whatever the size of the broadcast, and
+-- untouched by retention, which deletes jobs but no counter.
 SELECT broadcast_id, state, sum(n)::bigint AS n
 FROM broadcast_counts
 WHERE broadcast_id = ANY(%(ids)s::bigint[])

@@ -215,6 +215,13 @@ class CampaignStatus(BaseModel):
     suppressed: int
     exhausted: int
     rejected: int
+    bounced_later: int = Field(default=0, description="Hard bounces after the relay's 250")
+    soft_later: int = Field(default=0, description="Soft bounces after the relay's 250")
+    policy_later: int = Field(default=0, description="Policy refusals after the relay's 250")
+    complaints: int = Field(default=0, description="Spam complaints (feedback loops)")
+    complaint_rate: float = Field(
+        default=0.0, description="Complaints per message sent; Gmail's limit is 0.003"
+    )
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(

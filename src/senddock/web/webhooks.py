@@ -58,6 +58,7 @@ from senddock.bounces.parse import Finding, parse
 from senddock.bounces.store import receive_event
 from senddock.config import Settings
 from senddock.errors import Invalid
+from senddock.queue.bounces import SoftLimit
 
 log = logging.getLogger("senddock.web")
 
@@ -122,6 +123,7 @@ class Webhooks:
     def __init__(self, pool: Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
+        self.soft = SoftLimit.of(settings)
         self.hosts = settings.sns_cert_hosts or providers.SNS_CERT_HOSTS
         try:
             re.compile(self.hosts)
@@ -155,7 +157,7 @@ class Webhooks:
             return JSONResponse({"new": False, "findings": 0})
         try:
             with self.pool.connection() as conn:
-                got = receive_event(conn, source, body, findings, message_id, identity)
+                got = receive_event(conn, source, body, findings, message_id, identity, self.soft)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             log.warning("webhook %s: not stored, asking for a retry: %s", source, exc)
             return _answer(503, "the database is unavailable: send it again", **BUSY)
