@@ -93,6 +93,13 @@ class Settings(BaseSettings):
     # A dashboard session ends after this long unused, and this long after sign-in whatever.
     session_idle_timeout: Duration = 12 * 3600.0
     session_lifetime: Duration = 14 * 86400.0
+    # Bounces after the 250 (queue/bounces.py): this many soft bounces of one address within
+    # this many days suppress it.
+    soft_bounce_limit: int = Field(default=3, ge=1)
+    soft_bounce_days: int = Field(default=30, ge=1)
+    # The VERP return path of every message (bounces/verp.py): a domain (b@domain) or an
+    # address; unset, the envelope sender is the campaign's From.
+    bounce_domain: str | None = None
 
     @functools.cached_property
     def proxies(self) -> list[str]:

@@ -21,6 +21,7 @@ import psycopg
 from senddock.bounces.parse import Finding, Report, parse
 from senddock.bounces.verp import ReturnPath, message_id_names
 from senddock.db import sql
+from senddock.queue import bounces as effects
 
 QUERIES = sql.load(__package__, "store.sql")
 
@@ -71,6 +72,7 @@ def read(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit = effects.DEFAULT_SOFT_LIMIT,
 ) -> tuple[str, list[tuple[int, Finding, Match | None]]]:
     """Parse a stored message and record its findings; (state, [(finding id, finding, match)])."""
     report = parse(raw)
@@ -99,6 +101,18 @@ def read(
             },
         ).fetchone()
         assert row is not None
+        if match is not None:
+            effects.apply(
+                conn,
+                int(row["id"]),
+                match.broadcast_id,
+                match.subscriber_id,
+                finding.kind,
+                finding.recipient,
+                finding.status,
+                finding.diagnostic,
+                soft,
+            )
         recorded.append((int(row["id"]), finding, match))
     why = None if any(m for _, _, m in recorded) else "matches no message of ours"
     conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
@@ -112,6 +126,7 @@ def receive(
     envelope_to: str | None,
     return_path: ReturnPath | None,
     key: bytes,
+    soft: effects.SoftLimit = effects.DEFAULT_SOFT_LIMIT,
 ) -> Received:
     """Store and read one message in one transaction (see the module)."""
     # The same bytes to two of our addresses are two bounces; to one address twice, one.
@@ -132,6 +147,11 @@ def receive(
             assert known is not None
             return Received(int(known["id"]), False, str(known["state"]))
         message = int(row["id"])
-        state, recorded = read(conn, message, raw, envelope_to, return_path, key)
+        state, recorded = read(conn, message, raw, envelope_to, return_path, key, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(message, True, state, len(recorded), matched)
+
+
+def findings(conn: Conn, campaign_id: int | None, kind: str | None) -> list[dict[str, Any]]:
+    """Every finding, newest first, with its message (`senddock bounces list`)."""
+    return conn.execute(QUERIES["findings"], {"campaign": campaign_id, "kind": kind}).fetchall()

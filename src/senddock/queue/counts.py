@@ -49,13 +49,33 @@ class Counts:
     suppressed: int = 0
     exhausted: int = 0
     rejected: int = 0
+    # After the relay's 250 (queue/bounces.py): jobs reported bounced later, once per kind.
+    bounced_later: int = 0
+    soft_later: int = 0
+    policy_later: int = 0
+    complaints: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    @property
+    def complaint_rate(self) -> float:
+        """Complaints per sent message (Gmail asks senders to stay under 0.3 %)."""
+        return self.complaints / self.sent if self.sent else 0.0
+
     def __add__(self, other: Counts) -> Counts:
         return Counts(**{k: v + getattr(other, k) for k, v in self.as_dict().items()})
 
+
+# The later kinds (counter `later:<kind>`) and their Counts fields.
+LATER = {
+    "hard": "bounced_later",
+    "soft": "soft_later",
+    "policy": "policy_later",
+    "complaint": "complaints",
+}
+# Gmail's bulk-sender guideline: complaints under 0.3 % of what was delivered.
+COMPLAINT_RATE_LIMIT = 0.003
 
 COUNT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
 
@@ -75,6 +95,7 @@ def _counts(states: dict[str, int], sending: int) -> Counts:
         failed=all_failed,
         cancelled=cancelled,
         **{reason: failed.get(reason, 0) for reason in FAILURES},
+        **{name: states.get(f"later:{kind}", 0) for kind, name in LATER.items()},
     )
 
 
