@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+
+import httpx
 
 from senddock.bounces.store import receive
 from senddock.bounces.verp import ReturnPath
 from senddock.queue import bounces as effects
 from senddock.queue.counts import count
-from support import Conn, jobs, send_campaign
+from support import Conn, jobs, send_campaign, senddock, worker_env
+from web_support import make_admin, make_token, start_server
+
+EMAIL, PASSWORD = "admin@example.org", "correct horse battery staple"
 
 HERE = Path(__file__).parent / "bounces"
 KEY = b"effects-test-key-" * 2
@@ -19,7 +26,10 @@ PATH = ReturnPath.parse("bounces.example.org")
 def sent(conn: Conn, name: str, emails: list[str]) -> tuple[int, dict[str, dict[str, object]]]:
     """A broadcast whose jobs the relay took (sent): (broadcast id, jobs by address)."""
     _, bid = send_campaign(conn, "news", emails, name=name)
-    conn.execute("UPDATE broadcast_jobs SET status = 'sent' WHERE broadcast_id = %s", (bid,))
+    conn.execute(
+        "UPDATE broadcast_jobs SET status = 'sent', sent_at = now() WHERE broadcast_id = %s",
+        (bid,),
+    )
     return bid, jobs(conn, bid)
 
 
@@ -94,3 +104,39 @@ def test_a_bounce_after_retention_deleted_the_job_still_suppresses_and_counts(
     bounce(conn, "postfix-unknown-user", bid, by["ada@example.com"])
     assert reason(conn, "ada@example.com") is not None
     assert count(conn, bid).bounced_later == 1
+
+
+def test_later_bounces_and_complaints_show_on_every_surface(conn: Conn, db_url: str) -> None:
+    emails = [f"r{i}@example.com" for i in range(100)]
+    bid, by = sent(conn, "one", emails)
+    cid = conn.execute("SELECT campaign_id FROM broadcasts WHERE id = %s", (bid,)).fetchone()
+    assert cid is not None
+    cid = cid["campaign_id"]
+    bounce(conn, "postfix-unknown-user", bid, by["r1@example.com"])
+    bounce(conn, "mailbox-full", bid, by["r2@example.com"])
+    bounce(conn, "arf-abuse", bid, by["r3@example.com"])
+    env = worker_env(db_url, "smtp://127.0.0.1:1")
+    done = senddock(env, "campaign", "status", str(cid), "--json")
+    assert done.returncode == 0, done.stderr
+    st = json.loads(done.stdout)
+    later = ("bounced_later", "soft_later", "policy_later", "complaints", "complaint_rate")
+    assert tuple(st[k] for k in later) == (1, 1, 0, 1, 0.01)
+    text = senddock(env, "campaign", "status", str(cid)).stdout
+    assert "bounced 1, soft 1, policy 0, complaints 1 (1.00% of sent; over Gmail's 0.3 %)" in text
+    make_admin(db_url, EMAIL, PASSWORD)
+    with start_server(db_url, "smtp://127.0.0.1:1", workers=False) as server:
+        with server.client(make_token(db_url)) as api:
+            detail = api.get(f"/api/v1/campaigns/{cid}").json()
+            assert tuple(detail[k] for k in later) == (1, 1, 0, 1, 0.01)
+            metrics = api.get("/metrics").text
+            assert 'senddock_later_bounces{kind="hard"} 1.0' in metrics
+            assert 'senddock_later_bounces{kind="complaint"} 1.0' in metrics
+        with httpx.Client(base_url=server.url, timeout=30) as dash:
+            token = re.search(r'name="csrf" value="([^"]+)"', dash.get("/login").text)
+            assert token is not None
+            login = {"csrf": token.group(1), "email": EMAIL, "password": PASSWORD, "next": "/"}
+            assert dash.post("/login", data=login).status_code == 303
+            page = dash.get(f"/campaigns/{cid}").text
+            fields = dict(re.findall(r'data-field="(\w+)">([^<]*)<', page))
+            assert (fields["bounced_later"], fields["complaints"]) == ("1", "1")
+            assert fields["complaint_percent"] == "1.00"

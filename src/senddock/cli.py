@@ -40,6 +40,7 @@ from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.errors import SendDockError
 from senddock.queue import bounces as effects
+from senddock.queue.counts import COMPLAINT_RATE_LIMIT
 from senddock.words import plural
 
 log = logging.getLogger("senddock")
@@ -399,6 +400,13 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
         " rejected {rejected})  cancelled {cancelled}".format(**st),
     ]
+    if st["bounced_later"] or st["soft_later"] or st["policy_later"] or st["complaints"]:
+        lines.append(
+            "  after the relay took them: bounced {bounced_later}, soft {soft_later},"
+            " policy {policy_later}, complaints {complaints}".format(**st)
+            + f" ({st['complaint_rate']:.2%} of sent"
+            + ("; over Gmail's 0.3 %)" if st["complaint_rate"] > COMPLAINT_RATE_LIMIT else ")")
+        )
     if not st["enqueue_done"]:
         lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
     if st["pause_reason"]:

@@ -151,6 +151,8 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         "status": c["status"],
         "broadcast_id": c["broadcast_id"],
         **counts.as_dict(),
+        # Complaints per sent message (queue/counts.py; Gmail's limit is 0.3 %).
+        "complaint_rate": counts.complaint_rate,
         "pause_reason": c["pause_reason"],
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.

@@ -26,7 +26,7 @@ from psycopg_pool import PoolTimeout
 
 from senddock.db import check_current
 from senddock.db.migrate import MigrationError
-from senddock.queue.counts import FAILURES, JOB_STATUSES, all_counts
+from senddock.queue.counts import FAILURES, JOB_STATUSES, LATER, all_counts
 from senddock.web import auth
 from senddock.web.errors import RESPONSES
 from senddock.web.schemas import Ready
@@ -88,6 +88,15 @@ class QueueCollector(Collector):
             if n:
                 outcome.add_metric([f"failed_{failure}"], float(n))
         yield outcome
+
+        later = GaugeMetricFamily(
+            "senddock_later_bounces",
+            "Sent messages reported later by a DSN or complaint, by kind (all time)",
+            labels=["kind"],
+        )
+        for kind, name in LATER.items():
+            later.add_metric([kind], float(getattr(counts, name)))
+        yield later
 
         depth = GaugeMetricFamily(
             "senddock_queue_jobs", "Jobs by status (all broadcasts)", labels=["status"]

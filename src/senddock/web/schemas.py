@@ -200,6 +200,11 @@ class CampaignStatus(BaseModel):
     suppressed: int
     exhausted: int
     rejected: int
+    bounced_later: int = Field(default=0, description="Sent, then bounced hard (a DSN later)")
+    soft_later: int = Field(default=0, description="Sent, then bounced soft later")
+    policy_later: int = Field(default=0, description="Sent, then refused for policy later")
+    complaints: int = Field(default=0, description="Sent, then reported as spam")
+    complaint_rate: float = Field(default=0.0, description="complaints / sent (Gmail: < 0.003)")
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(
