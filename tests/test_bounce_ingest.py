@@ -45,7 +45,7 @@ def test_a_piped_dsn_is_recorded_once_and_suppresses(
     env = worker_env(db_url, NO_SMTP)
     first = ingest(env, str(dsn))
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == "recorded message 1: 1 finding, 1 matched"
+    assert first.stdout.strip() == "message 1 recorded: read, 1 of 1 matched"
     [message] = conn.execute("SELECT source, envelope_to, state FROM bounce_messages").fetchall()
     # The envelope recipient came from the message's own header (X-Original-To / To).
     assert (message["source"], message["state"]) == ("pipe", "read")
@@ -53,7 +53,7 @@ def test_a_piped_dsn_is_recorded_once_and_suppresses(
     assert reason.fetchone() == {"reason": "bounce"}
     again = ingest(env, "-", stdin=dsn.read_bytes())
     assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == "already recorded as message 1"
+    assert again.stdout.strip() == "message 1 already recorded: read"
     assert len(conn.execute("SELECT id FROM bounce_findings").fetchall()) == 1
     # `campaign status` shows it, in text and in --json (the same Counts).
     text = senddock(env, "campaign", "status", str(cid))
@@ -77,7 +77,7 @@ def test_with_a_bounce_domain_the_signed_return_path_names_the_job(
     env = worker_env(db_url, NO_SMTP, SENDDOCK_BOUNCE_DOMAIN="bounces.example.org")
     got = ingest(env, "--recipient", to, str(dsn))
     assert got.returncode == 0, got.stderr
-    assert got.stdout.strip().endswith("1 finding, 1 matched")
+    assert got.stdout.strip().endswith("1 of 1 matched")
     row = conn.execute("SELECT broadcast_id, subscriber_id FROM bounce_findings").fetchone()
     assert row == {"broadcast_id": bid, "subscriber_id": sid}
 

@@ -13,7 +13,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -29,12 +31,15 @@ from senddock.audience import cells, optin, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
+from senddock.bounces import store as bounce_store
+from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.errors import SendDockError
+from senddock.queue import bounces as effects
 from senddock.queue.counts import COMPLAINT_LIMIT
 from senddock.words import plural
 
@@ -73,6 +78,8 @@ def settings() -> Settings:
         SmtpTarget.parse(s.smtp_url)
         s.backoff  # noqa: B018  (parse the schedule now, not mid-broadcast)
         s.proxies  # noqa: B018
+        if s.bounce_domain:
+            ReturnPath.parse(s.bounce_domain)
     except (ValidationError, ValueError) as exc:
         raise Fail(f"bad configuration: {exc}") from exc
     return s
@@ -1239,53 +1246,156 @@ def bounces_parse(files: tuple[str, ...]) -> None:
             click.echo(json.dumps(record, ensure_ascii=False))
 
 
-class TempFail(Fail):
-    """A failure that may pass (the database is down): EX_TEMPFAIL, so a mail server that
-    pipes a bounce to us keeps it and tries again."""
+# sysexits.h EX_TEMPFAIL: a mail transport (Postfix's pipe) keeps the message and tries again.
+EX_TEMPFAIL = 75
 
-    exit_code = 75
+
+class TempFail(Fail):
+    """Not recorded now, perhaps later (the database is unreachable): exit 75."""
+
+    exit_code = EX_TEMPFAIL
+
+
+def _bounce_store(
+    s: Settings, url: str, source: str
+) -> Callable[[bytes, str | None], bounce_store.Received]:
+    """Store and apply one returned message (one transaction each), with the link key."""
+    path = ReturnPath.parse(s.bounce_domain) if s.bounce_domain else None
+    soft = effects.SoftLimit(s.soft_bounce_limit, s.soft_bounce_days)
+
+    def store(raw: bytes, to: str | None) -> bounce_store.Received:
+        with connect(url) as conn:
+            key = compose.link_key(conn, s)
+            return bounce_store.receive(conn, source, raw, to, path, key, soft)
+
+    return store
 
 
 @bounces_group.command("ingest")
-@click.argument("file", default="-", type=click.File("rb"))
-@click.option(
-    "--recipient",
-    metavar="ADDRESS",
-    help="The envelope recipient (default: the message's X-Original-To or Delivered-To).",
-)
-def bounces_ingest(file: Any, recipient: str | None) -> None:
-    """Record one returned message from FILE (or stdin, '-'), as a mail server's pipe would.
+@click.argument("file", default="-", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--recipient", help="The envelope recipient (Postfix pipe: ${original_recipient}).")
+def bounces_ingest(file: str, recipient: str | None) -> None:
+    """Record one returned message (a file, or - for stdin) and apply what it says.
 
-    Matches it to our job (by the signed return path when SENDDOCK_BOUNCE_DOMAIN is set, else
-    by our Message-ID), applies its effects (suppressions, counts) and prints one line. Exit
-    75 (EX_TEMPFAIL) when the database cannot take it: the mail server tries again later.
+    Exit 0 once it is recorded, also when it was before; 75 (EX_TEMPFAIL) when the database
+    cannot be reached, so that the mail transport keeps it and tries again.
     """
     from senddock.bounces.parse import MAX_BYTES
     from senddock.bounces.poll import envelope_to
-    from senddock.bounces.store import receive
-    from senddock.bounces.verp import ReturnPath
-    from senddock.queue.bounces import SoftLimit
 
-    s = settings()
     try:
-        path = ReturnPath.parse(s.bounce_domain) if s.bounce_domain else None
-    except ValueError as exc:
-        raise Fail(f"bad configuration: SENDDOCK_BOUNCE_DOMAIN: {exc}") from exc
-    raw = file.read(MAX_BYTES + 1)  # enough to know it is too big (kept, unparsable)
+        if file == "-":
+            raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(file, "rb") as handle:
+                raw = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise Fail(f"cannot read {file}: {exc.strerror}") from exc
+    s = settings()
     to = recipient or envelope_to(raw)
     try:
-        with connect(database_url(s)) as conn:
-            check_current(conn)
-            key = compose.link_key(conn, s) if path is not None else b""
-            got = receive(conn, "pipe", raw, to, path, key, SoftLimit.of(s))
+        url = current_database(s)
+        received = _bounce_store(s, url, "pipe")(raw, to)
     except psycopg.OperationalError as exc:
         raise TempFail(f"cannot reach the database: {_first_line(exc)}") from exc
-    if not got.new:
-        click.echo(f"already recorded as message {got.id}")
-    else:
+    except Fail as exc:
+        if isinstance(exc.__cause__, psycopg.OperationalError):
+            raise TempFail(exc.message) from exc
+        raise
+    what = "recorded" if received.new else "already recorded"
+    click.echo(
+        f"message {received.id} {what}: {received.state}"
+        + (f", {received.matched} of {received.findings} matched" if received.new else "")
+    )
+
+
+@bounces_group.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=2525, show_default=True, type=int)
+def bounces_serve(host: str, port: int) -> None:
+    """Be the bounce domain's MX: take returned mail for our return paths until SIGTERM.
+
+    250 only once a message is committed, 451 while the database is unreachable.
+    """
+    from senddock.bounces.listener import BounceHandler, BounceListener
+
+    s = settings()
+    if not s.bounce_domain:
+        raise Fail("set SENDDOCK_BOUNCE_DOMAIN: the listener takes mail only for it")
+    url = current_database(s)
+    store = _bounce_store(s, url, "smtp")
+    listener = BounceListener(BounceHandler(ReturnPath.parse(s.bounce_domain), store), host, port)
+    try:
+        listener.start()
+    except Exception as exc:
+        raise Fail(f"cannot listen on {host}:{port}: {_first_line(exc)}") from exc
+    click.echo(f"listening for bounces on {host}:{port}", err=True)
+    try:  # SIGTERM ends it (SystemExit, the command's handler): in-flight sessions get 421
+        threading.Event().wait()
+    finally:
+        listener.stop()
+
+
+@bounces_group.command("poll")
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--every", default=60.0, show_default=True, help="Seconds between passes.")
+def bounces_poll(once: bool, every: float) -> None:
+    """Read SENDDOCK_BOUNCE_MAILBOX (imap://, imaps://, pop3://, pop3s://): record each
+    message, then delete it (after its commit)."""
+    from senddock.bounces.poll import Mailbox, poll_once
+
+    s = settings()
+    setting = os.environ.get("SENDDOCK_BOUNCE_MAILBOX")
+    if not setting:
+        raise Fail("set SENDDOCK_BOUNCE_MAILBOX to the mailbox's URL")
+    try:
+        box = Mailbox.parse(setting)
+    except ValueError as exc:
+        raise Fail(f"SENDDOCK_BOUNCE_MAILBOX: {exc}") from exc
+    store = _bounce_store(s, current_database(s), box.protocol)
+    while True:
+        done = poll_once(box, store)
         click.echo(
-            f"recorded message {got.id}: {plural(got.findings, 'finding')}, {got.matched} matched"
+            f"{done.seen} seen, {done.recorded} recorded, {done.duplicates} already recorded"
+            + (f"; error: {done.error}" if done.error else ""),
+            err=True,
         )
+        if once:
+            if done.error:
+                raise Fail(f"poll: {done.error}")
+            return
+        time.sleep(every)  # SIGTERM ends it between passes (SystemExit)
+
+
+@bounces_group.command("list")
+@click.option("--campaign", type=int, help="Only findings about this campaign's broadcast.")
+@click.option("--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
+def bounces_list(campaign: int | None, kind: str | None, as_json: bool) -> None:
+    """Every finding recorded, newest first, with its message's state; unmatched ones too."""
+    from senddock.bounces.store import findings
+
+    with db() as conn:
+        rows = findings(conn, campaign, kind)
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
+            continue
+        about = (
+            f"campaign {r['campaign_id']} subscriber {r['subscriber_id']}"
+            if r["broadcast_id"] is not None
+            else "unmatched"
+        )
+        click.echo(
+            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['recipient'] or '-'} "
+            f"{r['status'] or '-'} {about} (message {r['message']}: {r['state']}, {r['source']})"
+        )
+    if not as_json and not rows:
+        click.echo("no findings")
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def main() -> None:

@@ -26,13 +26,14 @@ from typing import Any
 import psycopg
 
 from senddock.audience.import_jobs import Importer
+from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose, scheduler
 from senddock.campaigns.broadcast import PARTS, enqueue_chunk
 from senddock.config import Settings
 from senddock.delivery.cleaner import Cleaner
 from senddock.delivery.maintainer import Maintainer, ThreadService
 from senddock.delivery.rescuer import Rescuer
-from senddock.delivery.state import Compose
+from senddock.delivery.state import Compose, Envelope
 from senddock.delivery.worker import LISTEN, Finisher, Worker, maintenance_period
 from senddock.messages import CompiledMessage, LinkSettings
 
@@ -41,14 +42,16 @@ log = logging.getLogger("senddock.worker")
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-def composer(settings: LinkSettings) -> Compose:
+def composer(settings: LinkSettings, bounce_domain: str | None = None) -> Compose:
     """How a worker compiles a broadcast's message: templates, headers and the signed
-    unsubscribe links (the settings' public URL, and the link key read when it is first sent)."""
+    unsubscribe links (the settings' public URL, and the link key read when it is first sent),
+    and with a bounce domain each job's VERP envelope sender."""
+    path = ReturnPath.parse(bounce_domain) if bounce_domain else None
 
     async def compose_message(
         conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int
-    ) -> tuple[CompiledMessage, str] | None:
-        return await compose.for_broadcast(conn, broadcast_id, settings)
+    ) -> tuple[CompiledMessage, Envelope] | None:
+        return await compose.for_broadcast(conn, broadcast_id, settings, path)
 
     return compose_message
 
@@ -132,7 +135,9 @@ def build_worker(
     imports: bool = True,
 ) -> Worker:
     """A worker with every duty of `senddock worker` (`serve` runs the imports itself)."""
-    worker = Worker(settings, url, concurrency, compose=compose or composer(settings))
+    worker = Worker(
+        settings, url, concurrency, compose=compose or composer(settings, settings.bounce_domain)
+    )
     period = maintenance_period(settings)
     control = worker.control
     duties = worker.maintainer

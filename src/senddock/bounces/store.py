@@ -193,3 +193,8 @@ def receive_event(
         recorded = _record_findings(conn, stored, findings, None, message_id, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(stored, True, "read", len(recorded), matched)
+
+
+def findings(conn: Conn, campaign_id: int | None, kind: str | None) -> list[dict[str, Any]]:
+    """Every finding, newest first, with its message (`senddock bounces list`)."""
+    return conn.execute(QUERIES["findings"], {"campaign": campaign_id, "kind": kind}).fetchall()

@@ -31,3 +31,16 @@ INSERT INTO bounce_findings (message_id, recipient, kind, status, reply, diagnos
 VALUES (%(message)s, %(recipient)s, %(kind)s, %(status)s, %(reply)s, %(diagnostic)s,
         %(b)s, %(s)s)
 RETURNING id
+
+-- name: findings
+-- `senddock bounces list`: every finding, newest first, with its message's state and source,
+-- and the campaign of its broadcast; unmatched ones (no broadcast) only without a campaign.
+SELECT f.id, f.created_at, f.kind, f.recipient, f.status, f.reply, f.diagnostic,
+       f.broadcast_id, f.subscriber_id, b.campaign_id,
+       m.id AS message, m.state, m.source, m.why
+FROM bounce_findings f
+JOIN bounce_messages m ON m.id = f.message_id
+LEFT JOIN broadcasts b ON b.id = f.broadcast_id
+WHERE (%(campaign)s::bigint IS NULL OR b.campaign_id = %(campaign)s)
+  AND (%(kind)s::text IS NULL OR f.kind = %(kind)s)
+ORDER BY f.created_at DESC, f.id DESC

@@ -8,10 +8,13 @@ by the others.
 from __future__ import annotations
 
 import email.utils
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from senddock.bounces.verp import ReturnPath
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
 from senddock.db import sql
 from senddock.errors import Invalid, Unavailable
@@ -78,9 +81,14 @@ def for_campaign(
 
 
 async def for_broadcast(
-    conn: psycopg.AsyncConnection[dict[str, Any]], broadcast_id: int, settings: LinkSettings
-) -> tuple[CompiledMessage, str] | None:
-    """The compiled message of a broadcast's campaign (the worker's way in)."""
+    conn: psycopg.AsyncConnection[dict[str, Any]],
+    broadcast_id: int,
+    settings: LinkSettings,
+    return_path: ReturnPath | None = None,
+) -> tuple[CompiledMessage, Callable[[int], str]] | None:
+    """The compiled message of a broadcast's campaign and its envelope sender by subscriber
+    (the worker's way in): the From address, or with a return path each job's own VERP
+    address, signed with the link key (bounces/verp.py; the bounce readers use the same)."""
     cur = await conn.execute(QUERIES["message_of_broadcast"], {"id": broadcast_id})
     row = await cur.fetchone()
     if row is None:
@@ -88,10 +96,14 @@ async def for_broadcast(
     stored = None
     if not settings.secret_key:
         stored = await (await conn.execute(QUERIES["link_key"])).fetchone()
+    key = _key(stored, settings)
     try:
-        return build(row, _key(stored, settings), settings)
+        message, envelope_from = build(row, key, settings)
     except HeaderError as exc:  # checked at create; only a hand-edited row gets here
         raise TemplateProblem(str(exc), field=exc.field) from exc
+    if return_path is None:
+        return message, lambda _subscriber: envelope_from
+    return message, functools.partial(return_path.address, key, broadcast_id)
 
 
 def recipient_for(conn: psycopg.Connection[dict[str, Any]], address: str) -> Recipient:

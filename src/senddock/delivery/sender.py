@@ -46,7 +46,7 @@ from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, tran
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, connection_failed
-from senddock.delivery.state import Claims, Control, Lease, Messages, Relays, Tally
+from senddock.delivery.state import Claims, Control, Envelope, Lease, Messages, Relays, Tally
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
 from senddock.messages.render import RENDER_SECONDS, reset_clock
 from senddock.queue import Job, Outcome
@@ -261,7 +261,7 @@ class Sender:
         ahead), whose envelope may go with this one's final dot.
         """
         try:
-            message, envelope_from = await self._compiled(job.broadcast_id)
+            message, envelope = await self._compiled(job.broadcast_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
         prepared_data = _prepare(job, message)
@@ -288,7 +288,7 @@ class Sender:
                     return unsent
                 then = None
                 if following is not None and following.broadcast_id == job.broadcast_id:
-                    then = functools.partial(self._ahead, target, following, envelope_from)
+                    then = functools.partial(self._ahead, target, following, envelope)
                 # Issue 23: this job's dot goes next on this sender; the mark rides with the
                 # previous outcome's commit when it can, and the dot waits for both.
                 marked = self.recorder.mark(queue.Dot(job, target.name))
@@ -296,7 +296,11 @@ class Sender:
                 before_dot = functools.partial(self._dot_may_go, marked)
                 try:
                     reply = await session.send(
-                        envelope_from, job.email, data, before_dot=before_dot, then=then
+                        envelope(job.subscriber_id),
+                        job.email,
+                        data,
+                        before_dot=before_dot,
+                        then=then,
                     )
                 except DotRefused:
                     session.close()  # in its DATA: hang up, never send that dot
@@ -325,7 +329,7 @@ class Sender:
                 job.id,
             )
 
-    def _ahead(self, target: SmtpTarget, job: Job, envelope_from: str) -> tuple[str, str] | None:
+    def _ahead(self, target: SmtpTarget, job: Job, envelope: Envelope) -> tuple[str, str] | None:
         """At a final dot on `target`'s session: the envelope of `job`, next in the batch, to
         go with it, if `job` will surely be sent next on that session; else None.
 
@@ -346,7 +350,7 @@ class Sender:
             limiter = self.relays.limiters.get(target.name)
             permit = UNMETERED if limiter is None else limiter.take_now()
         self.prepared = Prepared(job.id, picked, permit)
-        return None if permit is None else (envelope_from, job.email)
+        return None if permit is None else (envelope(job.subscriber_id), job.email)
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
         limiter = self.relays.limiters.get(target.name)
@@ -403,7 +407,7 @@ class Sender:
             await asyncio.sleep(0.1)
         return Unsent.PAUSED if job.broadcast_id in self.control.stopped else None
 
-    async def _compiled(self, broadcast_id: int) -> tuple[CompiledMessage, str]:
+    async def _compiled(self, broadcast_id: int) -> tuple[CompiledMessage, Envelope]:
         found = self.messages.compiled.get(broadcast_id)
         if found is None:
             # Templates, headers and the signed unsubscribe links (SENDDOCK_PUBLIC_URL, key).

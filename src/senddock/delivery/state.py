@@ -23,9 +23,12 @@ from senddock.delivery.servers import ServerPool
 from senddock.messages import CompiledMessage
 from senddock.queue import AsyncConn
 
-# A broadcast's compiled message and its envelope sender; None when it has no campaign. The
+# A broadcast's envelope sender of one subscriber's message (the From address, or a VERP
+# return path that names the job).
+Envelope = Callable[[int], str]
+# A broadcast's compiled message and its envelope senders; None when it has no campaign. The
 # process's top (senddock/runtime.py) supplies it: composing a message is campaigns' work.
-Compose = Callable[[AsyncConn, int], Awaitable[tuple[CompiledMessage, str] | None]]
+Compose = Callable[[AsyncConn, int], Awaitable[tuple[CompiledMessage, Envelope] | None]]
 
 
 @dataclass
@@ -107,7 +110,7 @@ class Messages:
     """Each broadcast's compiled message, compiled once per process by `compose`."""
 
     compose: Compose
-    compiled: dict[int, tuple[CompiledMessage, str]] = field(default_factory=dict)
+    compiled: dict[int, tuple[CompiledMessage, Envelope]] = field(default_factory=dict)
 
 
 @dataclass

@@ -52,6 +52,7 @@ def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, An
     state = queries.progress(state, state["status"])
     bid = state["broadcast_id"]
     state["rate"] = queries.rate(conn, bid) if bid else 0
+    state["complaint_percent"] = f"{state['complaint_rate'] * 100:.2f}"
     if chart:
         series = queries.per_minute(conn, bid, state["status"] in LIVE) if bid else []
         state["chart"] = sent_per_minute_svg(series)
