@@ -126,15 +126,20 @@ def test_metrics_count_the_unconfirmed(db_url: str, conn: Conn, serve: ServerFac
     unconfirm(db_url, 2)
     server = serve(workers=False)
 
-    def unconfirmed(text: str) -> float:
-        m = re.search(r'^senddock_queue_jobs\{status="unconfirmed"\} (\S+)$', text, re.M)
-        assert m is not None, text
+    def value(text: str, sample: str) -> float:
+        m = re.search(r"^" + re.escape(sample) + r" (\S+)$", text, re.M)
+        assert m is not None, (sample, text)
         return float(m.group(1))
 
+    unconfirmed = 'senddock_queue_jobs{status="unconfirmed"}'
     with server.client(make_token(db_url)) as c:
-        assert unconfirmed(c.get("/metrics").text) == 2
+        text = c.get("/metrics").text
+        assert value(text, unconfirmed) == 2
+        assert value(text, 'senddock_queue_jobs{status="pending"}') == 3
         assert c.post(f"/api/v1/campaigns/{cid}/confirm").json()["unconfirmed"] == 2
-        assert unconfirmed(c.get("/metrics").text) == 0
+        text = c.get("/metrics").text
+        assert value(text, unconfirmed) == 0
+        assert value(text, 'senddock_messages{outcome="sent"}') == 2
 
 
 def _form(page: str, action: str) -> str:
