@@ -40,14 +40,19 @@ def proved(result: Result) -> None:
         f"{result.duplicates} duplicates, {result.duplicates_allowed} allowed\n{detail}"
     )
     assert not result.problems, detail
-    assert result.delivered_once + result.duplicates_allowed >= result.recipients
+    # Every recipient expected got one copy or is shown unconfirmed (`undelivered` above counts
+    # the others); the catcher had at most every unconfirmed one (issue 23).
+    assert 0 <= result.unconfirmed_accepted <= result.unconfirmed
     assert result.ok
 
 
 def test_worker_killed_mid_broadcast_loses_nobody(harness: Harness) -> None:
     result = harness.run("crash_recovery", small=True)
     proved(result)
-    assert result.duplicates_allowed == 5  # one SIGKILL x 5 SMTP sessions in flight
+    # By default no duplicate: at most one unconfirmed message for each of the 5 SMTP sessions
+    # in flight at the SIGKILL (issue 23).
+    assert result.duplicates_allowed == 0 and result.duplicates == 0
+    assert result.unconfirmed <= 5
 
 
 def test_repeated_kills_across_a_broadcast_lose_nobody(harness: Harness) -> None:

@@ -119,7 +119,11 @@ def test_smtp_sink_worker_killed_mid_send_loses_nobody(
 ) -> None:
     emails = addresses(1000)
     cid, bid = send_campaign(conn, "news", emails)
-    env = worker_env(db_url, dumping_sink.url, SENDDOCK_LEASE_SECONDS="6")
+    # The resend setting (issue 23): this test proves that mode's bound, at most one duplicate
+    # a session; the default (unconfirmed, never resent) is tests/test_unconfirmed.py's.
+    env = worker_env(
+        db_url, dumping_sink.url, SENDDOCK_LEASE_SECONDS="6", SENDDOCK_UNCONFIRMED="resend"
+    )
     first = fleet.start(env, "killed")
     dead = worker_id(conn, first)
     assert wait_until(lambda: len(os.listdir(dumping_sink.dump)) >= 300, 60)

@@ -45,7 +45,9 @@ def test_killing_the_parent_kills_every_worker_process_and_loses_nobody(
 ) -> None:
     emails = addresses(3000)
     cid, bid = send_campaign(conn, "news", emails)
-    env = worker_env(db_url, catcher.url)
+    # The resend setting (issue 23): every job ends sent, at most one duplicate a session; the
+    # default (unconfirmed, never resent) is tests/test_unconfirmed.py's.
+    env = worker_env(db_url, catcher.url, SENDDOCK_UNCONFIRMED="resend")
     parent = _start(env, tmp_path / "parent.log", 2)
     try:
         assert wait_until(lambda: len(_children(conn)) == 2, 30), tmp_path / "parent.log"

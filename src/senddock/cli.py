@@ -1310,8 +1310,10 @@ def bounces_ingest(file: str, recipient: str | None) -> None:
 
 
 @bounces_group.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=2525, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=2525, show_default=True, type=int, help="Port to listen on (the MX's 25)."
+)
 def bounces_serve(host: str, port: int) -> None:
     """Be the bounce domain's MX: take returned mail for our return paths until SIGTERM.
 
@@ -1369,7 +1371,9 @@ def bounces_poll(once: bool, every: float) -> None:
 
 @bounces_group.command("list")
 @click.option("--campaign", type=int, help="Only findings about this campaign's broadcast.")
-@click.option("--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]))
+@click.option(
+    "--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]), help="Only this kind."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
 def bounces_list(campaign: int | None, kind: str | None, as_json: bool) -> None:
     """Every finding recorded, newest first, with its message's state; unmatched ones too."""

@@ -186,6 +186,11 @@ class Demo:
             f" {DEMO_RETRIES.replace(',', '/')} s",
             soft_wrap=True,
         )
+        c.print(
+            "crash mode SENDDOCK_UNCONFIRMED=resend: a message accepted just before the kill goes"
+            " again (the default holds it as unconfirmed for you to confirm or resend)",
+            soft_wrap=True,
+        )
         conn = self.conn
         assert conn is not None
         audience, cid, bid, total = self._prepare(conn)
@@ -285,6 +290,10 @@ class Demo:
             SENDDOCK_DATABASE_URL=self.db_url,
             SENDDOCK_SMTP_URL=self.smtp_url,
             SENDDOCK_RETRY_SCHEDULE=DEMO_RETRIES,
+            # The demo proves the resend mode's bound (a message the server accepted just
+            # before the SIGKILL goes again, same Message-ID). With the default, such a job is
+            # left unconfirmed for a person to confirm or resend (README, the guarantee).
+            SENDDOCK_UNCONFIRMED="resend",
         )
         return env
 
