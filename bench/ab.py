@@ -92,19 +92,23 @@ class Sample:
     sleeps: int
     postgres: float | None
     sink: float | None
+    # Postgres's WAL position: the WAL written a message, where an extra row change shows.
+    lsn: str
 
 
 def sample(
     conn: Conn, workers: list[psutil.Process], postmaster: int | None, sink_pid: int
 ) -> Sample:
-    row = conn.execute("SELECT now() AS at").fetchone()
+    row = conn.execute("SELECT now() AS at, pg_current_wal_lsn()::text AS lsn").fetchone()
     assert row is not None
     cpu, sleeps = 0.0, 0
     for w in workers:
         t = w.cpu_times()
         cpu += t.user + t.system
         sleeps += w.num_ctx_switches().voluntary
-    return Sample(row["at"], cpu, sleeps, backends_cpu(postmaster), process_cpu(sink_pid))
+    return Sample(
+        row["at"], cpu, sleeps, backends_cpu(postmaster), process_cpu(sink_pid), str(row["lsn"])
+    )
 
 
 @dataclass
@@ -118,6 +122,7 @@ class Run:
     pg_us: float | None
     sink_us: float | None
     per_commit: float
+    wal_bytes: float
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,8 @@ def one_run(bench: Bench, tree: Path, slot: int, round_no: int) -> Run:
     if span is None or not span["n"] or not span["span"] or counted is None or not counted["n"]:
         sys.exit(f"nothing was sent from {tree}")
     n, m = int(span["n"]), int(counted["n"])
+    wal = conn.execute("SELECT pg_wal_lsn_diff(%s, %s) AS d", (b.lsn, a.lsn)).fetchone()
+    assert wal is not None
     return Run(
         tree=str(tree),
         round=round_no,
@@ -184,6 +191,7 @@ def one_run(bench: Bench, tree: Path, slot: int, round_no: int) -> Run:
         pg_us=per_message(cpu_delta(a.postgres, b.postgres), m),
         sink_us=per_message(cpu_delta(a.sink, b.sink), m),
         per_commit=n / int(span["commits"]),
+        wal_bytes=float(wal["d"]) / m,
     )
 
 
@@ -257,6 +265,7 @@ def main() -> int:
     for col in ("PG µs/msg", "sink µs/msg"):
         table.add_column(col, justify="right")
     table.add_column("per commit", justify="right")
+    table.add_column("WAL B/msg", justify="right")
     for r in runs:
         table.add_row(
             str(r.round),
@@ -268,17 +277,20 @@ def main() -> int:
             fmt(r.pg_us, ",.0f"),
             fmt(r.sink_us, ",.0f"),
             f"{r.per_commit:.1f}",
+            f"{r.wal_bytes:,.0f}",
         )
     out.print(table)
-    first = str(trees[0])
-    for tree in trees[1:]:
-        ratios = []
-        for round_no in range(1, args.rounds + 1):
-            a = next(r for r in runs if r.round == round_no and r.tree == first)
-            b = next(r for r in runs if r.round == round_no and r.tree == str(tree))
-            ratios.append(b.rate / a.rate)
-        each = ", ".join(f"{x:.3f}" for x in ratios)
-        out.print(f"{tree} ÷ {first}: msg/s ratio median {statistics.median(ratios):.3f} ({each})")
+    # Every later tree against every earlier one (A B C: B÷A, C÷A, C÷B), round by round.
+    for i, earlier in enumerate(trees):
+        for tree in trees[i + 1 :]:
+            ratios = []
+            for round_no in range(1, args.rounds + 1):
+                a = next(r for r in runs if r.round == round_no and r.tree == str(earlier))
+                b = next(r for r in runs if r.round == round_no and r.tree == str(tree))
+                ratios.append(b.rate / a.rate)
+            each = ", ".join(f"{x:.3f}" for x in ratios)
+            median = statistics.median(ratios)
+            out.print(f"{tree} ÷ {earlier}: msg/s ratio median {median:.3f} ({each})")
     return 0
 
 

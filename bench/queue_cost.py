@@ -3,6 +3,7 @@
     .venv/bin/python bench/queue_cost.py                       # 50,000 jobs, defaults below
     .venv/bin/python bench/queue_cost.py --group 10 --held 500
     .venv/bin/python bench/queue_cost.py --jobs 20000 --group 2,5,10,20   # per statement, per row
+    .venv/bin/python bench/queue_cost.py --marks both          # what issue 23's dot marks cost
 
 One connection claims (`queue.claim`, `--batch` jobs at a time) and keeps `--held` claims in
 hand, as five senders of a worker claiming 50 each do; another writes their outcomes as `sent`
@@ -12,8 +13,11 @@ pg_current_wal_lsn(): Postgres's cost per message, apart from the workers' and t
 which `bench/speed.py` cannot separate from the rest of a saturated machine. Given several group
 sizes, it drains the queue once for each and splits the outcome cost into what each statement
 costs whatever its size (parsing, planning, the commit and its WAL flush) and what each row adds,
-by a least-squares fit of cost a job = per row + per statement / group size. Uses
-SENDDOCK_DATABASE_URL if set, else an embedded Postgres.
+by a least-squares fit of cost a job = per row + per statement / group size. With `--marks`,
+each group also marks the final dots of the next group's jobs (`queue.record_group` with dots,
+as the recorder writes a session's next dot with its previous outcome: issue 23), so the cost of
+the marks shows against the same drain without them. Uses SENDDOCK_DATABASE_URL if set, else an
+embedded Postgres.
 """
 
 from __future__ import annotations
@@ -79,8 +83,9 @@ def cpu(conn: AConn) -> float:
     return float(t.user + t.system)
 
 
-async def drain(url: str, batch: int, group: int, held: int) -> dict[str, float]:
-    """Claim and record every job; CPU seconds of each backend, WAL bytes, wall seconds, jobs."""
+async def drain(url: str, batch: int, group: int, held: int, marks: bool) -> dict[str, float]:
+    """Claim and record every job (with `marks`, each group also marks the next group's dots);
+    CPU seconds of each backend, WAL bytes, wall seconds, jobs."""
     claimer = await AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
     recorder = await AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
     sent, reply = Transition("sent"), Reply("data", 250, "2.0.0 Ok: queued")
@@ -96,7 +101,11 @@ async def drain(url: str, batch: int, group: int, held: int) -> dict[str, float]
         if not hand:
             break
         chunk, hand = hand[:group], hand[group:]
-        done += len(await queue.record_many(recorder, OWNER, chunk))
+        if marks:
+            dots = [queue.Dot(o.job, "bench") for o in hand[:group]]
+            done += len((await queue.record_group(recorder, OWNER, chunk, dots)).outcomes)
+        else:
+            done += len(await queue.record_many(recorder, OWNER, chunk))
     wall = time.perf_counter() - t0
     claim_cpu, record_cpu = cpu(claimer) - c0, cpu(recorder) - r0
     assert lsn is not None
@@ -143,17 +152,25 @@ def main() -> int:
         help="outcomes per commit; several, comma-separated, to split statement from row cost",
     )
     parser.add_argument("--held", type=int, default=250, help="claims in hand")
+    parser.add_argument(
+        "--marks",
+        choices=("none", "with", "both"),
+        default="none",
+        help="mark the next group's final dots with each group (issue 23): without, with, both",
+    )
     args = parser.parse_args()
-    runs: list[tuple[int, dict[str, float]]] = []
+    modes = {"none": [False], "with": [True], "both": [False, True]}[args.marks]
+    runs: list[tuple[int, bool, dict[str, float]]] = []
     with given_or_embedded("sdcost") as url:
         with connect(url) as conn:
             migrate(conn)
             version = conn.execute("SHOW server_version").fetchone()
         for group in args.group:
-            enqueue(url, args.jobs)
-            got = asyncio.run(drain(url, args.batch, group, args.held))
-            assert got["n"] == args.jobs, (got["n"], args.jobs)
-            runs.append((group, got))
+            for marks in modes:
+                enqueue(url, args.jobs)
+                got = asyncio.run(drain(url, args.batch, group, args.held, marks))
+                assert got["n"] == args.jobs, (got["n"], args.jobs)
+                runs.append((group, marks, got))
     title = (
         f"Postgres {version['server_version'] if version else '?'}: {args.jobs:,} jobs, claims"
         f" of {args.batch}, {args.held} held"
@@ -161,6 +178,7 @@ def main() -> int:
     table = Table(title=title)
     for col in (
         "outcomes per commit",
+        "dot marks",
         "claim CPU µs/job",
         "outcome CPU µs/job",
         "both",
@@ -169,12 +187,14 @@ def main() -> int:
     ):
         table.add_column(col, justify="right")
     points = []
-    for group, got in runs:
+    for group, marks, got in runs:
         n = got["n"]
         claim, record = got["claim"] / n * 1e6, got["record"] / n * 1e6
-        points.append((group, record))
+        if marks == modes[0]:
+            points.append((group, record))
         table.add_row(
             str(group),
+            "with" if marks else "none",
             f"{claim:.1f}",
             f"{record:.1f}",
             f"{claim + record:.1f}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,35 @@ def test_a_cancelled_campaign_shows_a_grey_bar_and_its_counts(
     assert line == "Cancelled · 8 sent · 17 cancelled of 25"
     assert fill != "rgb(31, 122, 77)" and done.strip() == "#1f7a4d", fill  # not done green
     assert listed == "32 % sent · 17 cancelled"
+
+
+def test_jobs_turning_unconfirmed_show_on_an_open_campaign_page_without_a_reload(
+    chromium_path: str, still_server: Server, conn: Conn, db_url: str
+) -> None:
+    """Issue 23: a worker dies after its final dots while someone watches the campaign; the
+    unconfirmed block appears and lists the jobs over the live updates."""
+    from test_unconfirmed_surfaces import RELAY, unconfirm
+
+    cid, _ = send_campaign(conn, "news", ["ünï@example.org", "zoë@bücher.example"])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path)
+        page = browser.new_page()
+        page.set_default_timeout(20_000)
+        sign_in(page, still_server, f"/campaigns/{cid}")
+        assert page.locator("[data-unconfirmed]").is_hidden()
+        # Playwright's sync API runs an event loop in this thread: unconfirm's own runs apart.
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(unconfirm, db_url, 2).result()
+        page.wait_for_selector("[data-unconfirmed]:not([hidden])")
+        page.wait_for_function(
+            "document.querySelectorAll('[data-unconfirmed-jobs] tr').length === 2"
+        )
+        rows = page.locator("[data-unconfirmed-jobs] tr").all_inner_texts()
+        count = page.locator("[data-unconfirmed] [data-field=unconfirmed]").inner_text()
+        browser.close()
+    assert count == "2"
+    assert sorted(r.split("\t")[0] for r in rows) == sorted(str(j.id) for j in held)
+    assert all(RELAY in r for r in rows), rows
 
 
 def test_the_api_docs_page_renders_with_no_request_to_another_host(

@@ -22,7 +22,7 @@ from senddock.delivery.outcome import Reply, Transition
 from senddock.queue import Dot, Job, Outcome
 from senddock.testing import Catcher
 from senddock.web import auth
-from support import Conn, ThreadWorker, jobs, send_campaign, wait_until
+from support import Conn, ThreadWorker, jobs, send_campaign, senddock, wait_until, worker_env
 from test_dashboard import EMAIL, PASSWORD, csrf_of, log_in
 from web_support import ServerFactory, make_token, servers
 
@@ -119,6 +119,35 @@ def test_api_shows_confirms_and_resends_the_unconfirmed(
     with server.client() as anonymous:
         for action in ("confirm", "resend-unconfirmed"):
             assert anonymous.post(f"/api/v1/campaigns/{cid}/{action}").status_code == 401
+
+
+def test_confirm_and_resend_act_on_only_the_jobs_named(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    """What a person does with the relay's log in hand: confirm the jobs it shows, resend the
+    others (API body `jobs`, CLI --job); the jobs not named stay unconfirmed."""
+    cid, bid = send_campaign(
+        conn, "news", ["a@example.org", "ü@bücher.example", "c@example.org", "d@example.org"]
+    )
+    held = {j.email: j.id for j in unconfirm(db_url, 4)}
+    emails = sorted(held)  # as stored
+    server = serve(workers=False)
+    with server.client(make_token(db_url)) as c:
+        r = c.post(f"/api/v1/campaigns/{cid}/confirm", json={"jobs": [held[emails[0]]]})
+        assert r.status_code == 200 and r.json()["unconfirmed"] == 1, r.text
+        r = c.post(f"/api/v1/campaigns/{cid}/resend-unconfirmed", json={"jobs": [held[emails[1]]]})
+        assert r.status_code == 200 and r.json()["unconfirmed"] == 1, r.text
+        assert c.post(f"/api/v1/campaigns/{cid}/confirm", json={"jobs": ["x"]}).status_code == 422
+    env = worker_env(db_url, "smtp://127.0.0.1:1")
+    done = senddock(env, "campaign", "confirm", str(cid), "--job", str(held[emails[2]]))
+    assert done.returncode == 0, done.stderr
+    assert "1 unconfirmed recipients confirmed sent" in done.stdout
+    st = statuses(conn, bid)
+    assert st[emails[0]] == st[emails[2]] == "sent"
+    assert st[emails[1]] in ("pending", "retry")
+    assert st[emails[3]] == "unconfirmed"
+    shown = senddock(env, "campaign", "status", str(cid))
+    assert f"job {held[emails[3]]}  {emails[3]}" in shown.stdout, shown.stdout
 
 
 def test_metrics_count_the_unconfirmed(db_url: str, conn: Conn, serve: ServerFactory) -> None:

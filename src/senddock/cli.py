@@ -404,12 +404,13 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
             f" check the relay's log, then `senddock campaign confirm {st['id']}` (they went) or"
-            f" `senddock campaign resend-unconfirmed {st['id']}` (send them again)"
+            f" `senddock campaign resend-unconfirmed {st['id']}` (send them again); --job ID"
+            " for only some"
         )
         for u in st["unconfirmed_jobs"]:
             at = _iso(u["dot_at"]) if u["dot_at"] else "?"
             lines.append(
-                f"    {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
+                f"    job {u['id']}  {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
                 f" {u['worker_id']}  {u['message_id']}"
             )
     if st["broadcast_id"] is not None:
@@ -635,22 +636,33 @@ def retry_failed_cmd(campaign_id: int) -> None:
     click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
 
 
+JOBS = click.option(
+    "--job",
+    "jobs",
+    type=int,
+    multiple=True,
+    help="Only this job (repeatable; ids from `campaign status`). Default: every unconfirmed one.",
+)
+
+
 @campaign.command("resend-unconfirmed")
 @click.argument("campaign_id", type=int)
-def resend_unconfirmed_cmd(campaign_id: int) -> None:
+@JOBS
+def resend_unconfirmed_cmd(campaign_id: int, jobs: tuple[int, ...]) -> None:
     """Send again the unconfirmed recipients (final dot sent, no outcome recorded), with the
     same Message-ID: a duplicate for those the relay had accepted."""
     with db() as conn:
-        n = campaigns.resend_unconfirmed(conn, campaign_id)
+        n = campaigns.resend_unconfirmed(conn, campaign_id, jobs or None)
     click.echo(f"campaign {campaign_id}: {n} unconfirmed recipients queued again")
 
 
 @campaign.command("confirm")
 @click.argument("campaign_id", type=int)
-def confirm_cmd(campaign_id: int) -> None:
+@JOBS
+def confirm_cmd(campaign_id: int, jobs: tuple[int, ...]) -> None:
     """Mark the unconfirmed recipients sent, once the relay's log shows they went."""
     with db() as conn:
-        n = campaigns.confirm(conn, campaign_id)
+        n = campaigns.confirm(conn, campaign_id, jobs or None)
     click.echo(f"campaign {campaign_id}: {n} unconfirmed recipients confirmed sent")
 
 

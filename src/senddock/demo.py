@@ -43,12 +43,13 @@ from rich.table import Table
 
 from senddock.audience import import_csv
 from senddock.audience.importer import write_csv
-from senddock.campaigns import broadcast, create_campaign, status
+from senddock.campaigns import broadcast, confirm, create_campaign, resend_unconfirmed, status
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.config import Settings, SmtpTarget, defaulted
 from senddock.db import connect, migrate, sql
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.delivery.rescuer import LOCK_CLASS
+from senddock.queue import unconfirmed_jobs
 from senddock.testing import Catcher
 from senddock.testing.proof import Proof, at_server
 from senddock.testing.workers import WorkerProcess
@@ -145,6 +146,10 @@ class Kill:
     worker_id: int | None
     in_flight: int
     rescued_after: float | None = None
+    # Its unconfirmed jobs (final dot gone, no outcome), settled as a person would: those the
+    # server's log shows are confirmed, the others sent again.
+    confirmed: int = 0
+    resent: int = 0
 
 
 @dataclass
@@ -187,8 +192,9 @@ class Demo:
             soft_wrap=True,
         )
         c.print(
-            "crash mode SENDDOCK_UNCONFIRMED=resend: a message accepted just before the kill goes"
-            " again (the default holds it as unconfirmed for you to confirm or resend)",
+            "crash mode the default (SENDDOCK_UNCONFIRMED=hold): a message whose final dot went"
+            " just before the kill is held as unconfirmed, never sent again on its own; the demo"
+            " then reads the server's log as you would read your relay's, and confirms or resends",
             soft_wrap=True,
         )
         conn = self.conn
@@ -290,11 +296,11 @@ class Demo:
             SENDDOCK_DATABASE_URL=self.db_url,
             SENDDOCK_SMTP_URL=self.smtp_url,
             SENDDOCK_RETRY_SCHEDULE=DEMO_RETRIES,
-            # The demo proves the resend mode's bound (a message the server accepted just
-            # before the SIGKILL goes again, same Message-ID). With the default, such a job is
-            # left unconfirmed for a person to confirm or resend (README, the guarantee).
-            SENDDOCK_UNCONFIRMED="resend",
         )
+        # The default crash mode (hold), whatever the caller's environment says: a job whose
+        # final dot went before the SIGKILL is unconfirmed, for a person to decide (_settle).
+        env.pop("SENDDOCK_UNCONFIRMED", None)
+        return env
         return env
 
     def _start_worker(self) -> WorkerProcess:
@@ -341,6 +347,8 @@ class Demo:
                 )
                 if st["status"] == "sent":
                     break
+                if st["unconfirmed"] and not (st["pending"] or st["sending"] or st["retry"]):
+                    self._settle(conn, progress.console.print, cid, bid)
                 if st["status"] == "paused":
                     raise DemoFailed(f"the broadcast paused: the relay said {st['pause_reason']}")
                 if not worker.alive():
@@ -408,7 +416,7 @@ class Demo:
             accepted = sum(1 for email in left if at_server[email] > 0)
             say(
                 f"  {accepted} of them the server had already accepted, not yet recorded:"
-                " they will go again, with the same Message-ID"
+                " their final dot went, so they will be unconfirmed, never sent again on their own"
                 if accepted
                 else "  none of them had been accepted by the server yet",
                 soft_wrap=True,
@@ -445,12 +453,45 @@ class Demo:
         ).fetchone()
         if row is not None and int(row["n"]) == 0:
             took = time.monotonic() - kill.rescued_after
+            found = conn.execute(QUERIES["unconfirmed_of"], (kill.worker_id,)).fetchone()
+            held = int(found["n"]) if found else 0
             say(
-                f"  [green]✓[/] rescued: the {kill.in_flight} rows of dead pid {kill.pid} are back"
-                f" in retry, their attempt counted ({took:.1f} s after the restart)",
+                f"  [green]✓[/] rescued: the {kill.in_flight} rows of dead pid {kill.pid}:"
+                f" {held} unconfirmed (their final dot had gone), the rest back in retry with"
+                f" their attempt given back ({took:.1f} s after the restart)",
                 soft_wrap=True,
             )
             kill.rescued_after = None
+
+    def _settle(self, conn: Conn, say: Callable[..., None], cid: int, bid: int) -> None:
+        """All that is left is unconfirmed: look each one's Message-ID up in the server's log
+        (the catcher's; with an outside server there is none to read, so all go again), then
+        `campaign confirm --job` the ones it has and `campaign resend-unconfirmed --job` the rest,
+        as the README tells a person to do."""
+        jobs = unconfirmed_jobs(conn, bid, limit=10_000)
+        seen = (
+            {r.message_id for r in self.catcher.received() if r.message_id}
+            if self.catcher is not None
+            else set()
+        )
+        went = [u.id for u in jobs if u.message_id in seen]
+        again = [u.id for u in jobs if u.message_id not in seen]
+        where = "the catcher's log" if self.catcher is not None else "no log (outside server)"
+        say(
+            f"[yellow]?[/] {len(jobs)} unconfirmed left (final dot sent by dead pid, no outcome):"
+            f" by {where}, {len(went)} went and {len(again)} did not",
+            soft_wrap=True,
+        )
+        confirmed = confirm(conn, cid, went) if went else 0
+        resent = resend_unconfirmed(conn, cid, again) if again else 0
+        if self.kill is not None:
+            self.kill.confirmed += confirmed
+            self.kill.resent += resent
+        self._done(
+            f"senddock campaign confirm {cid} --job …: {confirmed} confirmed sent;"
+            f" senddock campaign resend-unconfirmed {cid} --job …: {resent} sent again",
+            say,
+        )
 
     def _stop_worker(self, proc: WorkerProcess, grace: float = 10.0) -> None:
         if proc.alive():
@@ -546,6 +587,8 @@ class Demo:
             table.add_row(
                 f"rescued from SIGKILLed pid {self.kill.pid}", f"{self.kill.in_flight:,}", ""
             )
+            table.add_row("  unconfirmed, confirmed sent", f"{self.kill.confirmed:,}", "")
+            table.add_row("  unconfirmed, sent again", f"{self.kill.resent:,}", "")
         return table
 
     def _delivered(
@@ -606,7 +649,14 @@ class Demo:
         """Recipients received more than once, and whether each got one Message-ID only."""
         dups = proof.extra
         if not dups:
-            why = " (no message in flight at the kill had been accepted)" if self.kill else ""
+            why = ""
+            if self.kill is not None and self.kill.confirmed:
+                why = (
+                    f" ({self.kill.confirmed} accepted at the kill were held unconfirmed and"
+                    " confirmed, not sent again)"
+                )
+            elif self.kill is not None:
+                why = " (no message in flight at the kill had been accepted)"
             return True, f"duplicates: 0{why}"
         same = not proof.mixed_ids
         example = min(dups)

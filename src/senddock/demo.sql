@@ -28,3 +28,8 @@ SELECT email, status, failure, attempts FROM broadcast_jobs WHERE broadcast_id =
 -- name: suppressed
 -- The addresses the broadcast's bounces suppressed.
 SELECT lower(email) AS email FROM suppressions WHERE source_broadcast_id = %s
+
+-- name: unconfirmed_of
+-- How many jobs a dead worker left unconfirmed (the rescue keeps their owner): its final dot
+-- went, no outcome was recorded.
+SELECT count(*) AS n FROM broadcast_jobs WHERE status = 'unconfirmed' AND owner = %s

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -105,8 +105,11 @@ def retry_failed(conn: Conn, campaign_id: int) -> int:
     return n
 
 
-def _unconfirmed_action(conn: Conn, campaign_id: int, verb: str) -> int:
-    """Resend (`resend`) or confirm (`confirm`) a campaign's unconfirmed recipients; how many."""
+def _unconfirmed_action(
+    conn: Conn, campaign_id: int, verb: str, ids: Sequence[int] | None = None
+) -> int:
+    """Resend (`resend`) or confirm (`confirm`) a campaign's unconfirmed recipients (only the
+    jobs `ids`, when given: the ones the relay's log shows, say); how many."""
     with conn.transaction():
         c = queue.lock_campaign(conn, campaign_id)
         if c is None:
@@ -116,21 +119,26 @@ def _unconfirmed_action(conn: Conn, campaign_id: int, verb: str) -> int:
         if verb == "resend":
             if c.status == "cancelled":
                 raise CampaignError(f"campaign {campaign_id} is cancelled; confirm instead")
-            return queue.resend_unconfirmed(conn, c.broadcast_id)
-        n = queue.confirm(conn, c.broadcast_id)
+            return queue.resend_unconfirmed(conn, c.broadcast_id, _ids(ids))
+        n = queue.confirm(conn, c.broadcast_id, _ids(ids))
     if n:
         with conn.transaction():
             queue.finish_sync(conn)  # nothing else unfinished: the campaign is sent now
     return n
 
 
-def resend_unconfirmed(conn: Conn, campaign_id: int) -> int:
+def _ids(ids: Sequence[int] | None) -> list[int] | None:
+    return None if ids is None else [int(i) for i in ids]
+
+
+def resend_unconfirmed(conn: Conn, campaign_id: int, ids: Sequence[int] | None = None) -> int:
     """Send again the campaign's unconfirmed recipients (their final dot went, no outcome was
-    recorded), with the same Message-ID; how many. Issue 23: a person's choice, never ours."""
-    return _unconfirmed_action(conn, campaign_id, "resend")
+    recorded), or those of the jobs `ids`, with the same Message-ID; how many. Issue 23: a
+    person's choice, never ours."""
+    return _unconfirmed_action(conn, campaign_id, "resend", ids)
 
 
-def confirm(conn: Conn, campaign_id: int) -> int:
-    """Mark the campaign's unconfirmed recipients sent, once the relay's log shows they went;
-    how many."""
-    return _unconfirmed_action(conn, campaign_id, "confirm")
+def confirm(conn: Conn, campaign_id: int, ids: Sequence[int] | None = None) -> int:
+    """Mark the campaign's unconfirmed recipients (or those of the jobs `ids`) sent, once the
+    relay's log shows they went; how many."""
+    return _unconfirmed_action(conn, campaign_id, "confirm", ids)

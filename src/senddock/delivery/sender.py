@@ -55,14 +55,21 @@ from senddock.smtp.session import SmtpSession
 log = logging.getLogger("senddock.worker")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Prepared:
     """The batch's next job, prepared at the final dot before it: the server picked for it
     then, and the permit taken for it if its envelope went with that dot (else None)."""
 
-    job_id: int
+    job: Job
     target: SmtpTarget
     permit: Permit | None
+    # The mark of its final dot (issue 23), queued with the outcome of the message before it
+    # when its envelope went with that message's dot (`_record`): then both ride in one group.
+    marked: asyncio.Future[bool] | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
 
 
 # Test hook: a job for this address SIGKILLs its worker as it is prepared, every time (the
@@ -273,6 +280,7 @@ class Sender:
         if prepared is not None and prepared.job_id != job.id:
             self._give_back_permit(prepared.target, prepared.permit)  # its job did not come
             prepared = None
+        early = prepared.marked if prepared else None
         while True:
             target = prepared.target if prepared else self.relays.servers.pick()
             in_hand = prepared.permit if prepared else None
@@ -290,8 +298,9 @@ class Sender:
                 if following is not None and following.broadcast_id == job.broadcast_id:
                     then = functools.partial(self._ahead, target, following, envelope)
                 # Issue 23: this job's dot goes next on this sender; the mark rides with the
-                # previous outcome's commit when it can, and the dot waits for both.
-                marked = self.recorder.mark(queue.Dot(job, target.name))
+                # previous outcome's commit when it can, and the dot waits for both. Queued
+                # with that outcome already if this envelope went with its dot (`_record`).
+                marked, early = early or self.recorder.mark(queue.Dot(job, target.name)), None
                 marked.add_done_callback(_retrieved)
                 before_dot = functools.partial(self._dot_may_go, marked)
                 try:
@@ -349,7 +358,7 @@ class Sender:
         if picked.name == target.name:
             limiter = self.relays.limiters.get(target.name)
             permit = UNMETERED if limiter is None else limiter.take_now()
-        self.prepared = Prepared(job.id, picked, permit)
+        self.prepared = Prepared(job, picked, permit)
         return None if permit is None else (envelope(job.subscriber_id), job.email)
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
@@ -429,6 +438,12 @@ class Sender:
         )
         written = self.previous = self.recorder.submit(Outcome(job, t, reply))
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
+        ahead = self.prepared
+        if ahead is not None and ahead.permit is not None and verdict is not Verdict.TRANSIENT:
+            # The next job's envelope went with this dot, its permit in hand: its own final dot
+            # is the next on this session. Its mark joins this outcome's group now (one commit
+            # for both, as before issue 23), rather than a group of its own after it.
+            ahead.marked = self.recorder.mark(queue.Dot(ahead.job, ahead.target.name))
         if verdict is Verdict.SENDER_FAULT:
             if await self._written(written):
                 await self._sender_fault(job.broadcast_id, reply)

@@ -26,7 +26,7 @@ Job (a row of broadcast_jobs)
     pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
                                     one suspect a process)
     pending|retry, address now suppressed --claim--> failed (suppressed), never sent
-    sending --mark_dots (with the previous outcome of its session: RECORD_AND_MARK)--> sending,
+    sending --mark_dots (with the previous outcome of its session: record_and_mark)--> sending,
                                     its final dot about to go (dot_at, dot_relay)
     sending --record_many: 250 after DATA--> sent
     sending --record_many: the dot went, no reply (RFC 1047), SENDDOCK_UNCONFIRMED=hold-->
@@ -435,17 +435,6 @@ class Recorded:
 # A group with dots: the dots' marks and the outcomes in one statement (one round trip, one
 # commit). The two never touch one row: the recorder drops the mark of a job whose outcome
 # (a refusal before its dot) is in the same group.
-RECORD_AND_MARK = "\n".join(
-    [
-        "WITH dots AS (",
-        QUERIES["mark_dots"],
-        "), outcomes AS (",
-        QUERIES["record_many"],
-        ") SELECT id, true AS dot FROM dots UNION ALL SELECT id, false AS dot FROM outcomes",
-    ]
-)
-
-
 def dot_rows(owner: int, dots: list[Dot]) -> str:
     """mark_dots's one parameter, as JSON (see outcome_rows)."""
     return json.dumps(
@@ -454,6 +443,23 @@ def dot_rows(owner: int, dots: list[Dot]) -> str:
             for d in dots
         ]
     )
+
+
+def group_rows(owner: int, outcomes: list[Outcome], dots: list[Dot]) -> str:
+    """record_and_mark's one parameter: the outcomes' rows, then the marks' (as JSON)."""
+    rows = [{**_record_params(o.job, owner, o.transition, o.reply), "dot": False} for o in outcomes]
+    rows += [
+        {
+            "id": d.job.id,
+            "owner": owner,
+            "held": "sending",
+            "attempt": d.job.attempts,
+            "dot": True,
+            "relay": d.relay,
+        }
+        for d in dots
+    ]
+    return json.dumps(rows)
 
 
 def outcome_rows(owner: int, outcomes: list[Outcome]) -> str:
@@ -480,8 +486,9 @@ async def _record_statement(
     if not outcomes:
         cur = await conn.execute(QUERIES["mark_dots"], {"dots": dot_rows(owner, dots)})
         return Recorded(set(), {int(r["id"]) for r in await cur.fetchall()})
-    params = {"outcomes": outcome_rows(owner, outcomes), "dots": dot_rows(owner, dots)}
-    rows = await (await conn.execute(RECORD_AND_MARK, params)).fetchall()
+    rows = await (
+        await conn.execute(QUERIES["record_and_mark"], {"rows": group_rows(owner, outcomes, dots)})
+    ).fetchall()
     return Recorded(
         {int(r["id"]) for r in rows if not r["dot"]}, {int(r["id"]) for r in rows if r["dot"]}
     )

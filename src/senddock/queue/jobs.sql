@@ -236,7 +236,7 @@ RETURNING j.id
 -- name: mark_dots
 -- Invariant 3, and issue 23: these jobs' final dots are about to go. Written in the commit of
 -- the previous outcome of each one's session when that is still waiting (jobs.py
--- RECORD_AND_MARK: record_many and this statement in one), alone otherwise; the dot waits for
+-- record_and_mark: record_many and this statement in one), alone otherwise; the dot waits for
 -- it. A rescue then knows the job may have been accepted (rescue: unconfirmed, never resent on
 -- its own). Fenced like an outcome (invariant 4): a row not returned lost its claim, and its
 -- dot must not go. By primary key, as record_many.
@@ -245,6 +245,36 @@ SET dot_at = now(), dot_relay = d.relay
 FROM jsonb_to_recordset(%(dots)s::jsonb) AS d(id bigint, owner int, attempt int, relay text)
 WHERE j.id = d.id AND j.owner = d.owner AND j.attempts = d.attempt AND j.status = 'sending'
 RETURNING j.id
+
+-- name: record_and_mark
+-- record_many and mark_dots in one statement, for a group that has both (the common group
+-- once senders mark their dots, issue 23): each row is an outcome (`dot` false: set as
+-- record_many sets it) or a mark (`dot` true: only dot_at and dot_relay, as mark_dots). One
+-- statement instead of two in a CTE: one scan of the parameter, one firing of the counters'
+-- statement trigger (0010), which a mark never changes (it stays `sending`). Same fences:
+-- an outcome as record_many's (an `unconfirmed` row of ours takes a late 250), a mark only on
+-- a `sending` claim of ours at this attempt. By primary key, as record_many.
+UPDATE broadcast_jobs j
+SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
+    failure       = CASE WHEN r.dot THEN j.failure ELSE r.failure END,
+    attempts      = j.attempts - CASE WHEN r.dot THEN 0 ELSE r.give_back END,
+    sender_faults = j.sender_faults + CASE WHEN r.dot THEN 0 ELSE r.sender_fault END,
+    run_at        = CASE WHEN r.dot THEN j.run_at ELSE now() + make_interval(secs => r.delay) END,
+    sent_at       = CASE WHEN r.dot THEN j.sent_at WHEN r.status = 'sent' THEN now() END,
+    last_code     = CASE WHEN r.dot THEN j.last_code ELSE r.code END,
+    last_enhanced = CASE WHEN r.dot THEN j.last_enhanced ELSE r.enhanced END,
+    last_reply    = CASE WHEN r.dot THEN j.last_reply ELSE r.reply END,
+    last_stage    = CASE WHEN r.dot THEN j.last_stage ELSE r.stage END,
+    updated_at    = CASE WHEN r.dot THEN j.updated_at ELSE now() END,
+    dot_at        = CASE WHEN r.dot THEN now() ELSE j.dot_at END,
+    dot_relay     = CASE WHEN r.dot THEN r.relay ELSE j.dot_relay END
+FROM jsonb_to_recordset(%(rows)s::jsonb)
+     AS r(id bigint, owner int, held text, attempt int, status text, failure text,
+          give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
+          stage text, dot bool, relay text)
+WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
+  AND (j.status = r.held OR (NOT r.dot AND j.status = 'unconfirmed'))
+RETURNING j.id, r.dot
 
 -- name: suppress_bounces
 -- Invariant 6 for a group: the bounces among the rows just written, in the same transaction.

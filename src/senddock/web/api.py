@@ -388,18 +388,23 @@ def retry_failed(conn: Db, campaign_id: CampaignId) -> s.Requeued:
     tags=["campaigns"],
     response_model=s.UnconfirmedDone,
 )
-def resend_unconfirmed(conn: Db, campaign_id: CampaignId) -> s.UnconfirmedDone:
-    """Send the unconfirmed recipients again (same Message-ID)."""
-    n = campaigns.resend_unconfirmed(conn, campaign_id)
+def resend_unconfirmed(
+    conn: Db, campaign_id: CampaignId, body: s.UnconfirmedJobs | None = None
+) -> s.UnconfirmedDone:
+    """Send the unconfirmed recipients (or only the body's `jobs`) again (same Message-ID)."""
+    n = campaigns.resend_unconfirmed(conn, campaign_id, body.jobs if body else None)
     return s.UnconfirmedDone(unconfirmed=n, campaign=_status(conn, campaign_id))
 
 
 @router.post(
     "/campaigns/{campaign_id}/confirm", tags=["campaigns"], response_model=s.UnconfirmedDone
 )
-def confirm_unconfirmed(conn: Db, campaign_id: CampaignId) -> s.UnconfirmedDone:
-    """Mark the unconfirmed recipients sent (the relay's log shows they went)."""
-    n = campaigns.confirm(conn, campaign_id)
+def confirm_unconfirmed(
+    conn: Db, campaign_id: CampaignId, body: s.UnconfirmedJobs | None = None
+) -> s.UnconfirmedDone:
+    """Mark the unconfirmed recipients (or only the body's `jobs`) sent (the relay's log
+    shows they went)."""
+    n = campaigns.confirm(conn, campaign_id, body.jobs if body else None)
     return s.UnconfirmedDone(unconfirmed=n, campaign=_status(conn, campaign_id))
 
 

@@ -323,6 +323,13 @@ class Requeued(BaseModel):
     campaign: CampaignStatus
 
 
+class UnconfirmedJobs(BaseModel):
+    """Which unconfirmed jobs to act on (ids from the campaign's `unconfirmed_jobs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    jobs: list[int] = Field(max_length=10_000, description="Job ids; the others are left alone")
+
+
 class UnconfirmedDone(BaseModel):
     """What resend-unconfirmed or confirm did."""
 

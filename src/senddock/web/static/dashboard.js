@@ -57,6 +57,24 @@
     },
     campaign: function (data, root) {
       fill(root, data);
+      // Blocks that appear once something happens: a worker died, jobs turned unconfirmed.
+      [["[data-worker-deaths]", "worker_deaths"], ["[data-unconfirmed]", "unconfirmed"]]
+        .forEach(function (pair) {
+          var block = root.querySelector(pair[0]);
+          if (block && pair[1] in data) block.hidden = !data[pair[1]];
+        });
+      var held = root.querySelector("[data-unconfirmed-jobs]");
+      if (held && data.unconfirmed_jobs) {
+        held.replaceChildren.apply(held, data.unconfirmed_jobs.map(function (u) {
+          var tr = document.createElement("tr");
+          [
+            cell(u.id, "num"), cell(u.email),
+            cell(u.dot_at ? String(u.dot_at).slice(0, 19).replace("T", " ") : ""),
+            cell(u.relay || ""), cell(u.worker_id || ""), cell(u.message_id),
+          ].forEach(function (td) { tr.appendChild(td); });
+          return tr;
+        }));
+      }
       var box = root.querySelector("[data-chart]");
       if (box && data.chart) box.innerHTML = data.chart;
     },
