@@ -193,6 +193,33 @@ async def test_a_group_waits_for_a_need_a_full_group_or_its_linger(conn: Conn, d
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_marks_ride_with_a_group_and_never_fill_it(conn: Conn, db_url: str) -> None:
+    """A group is full when every sender's outcome is in; the marks of the dots that follow
+    (issue 23) ride with it and do not count, or a group would commit half full."""
+    emails = [f"r{i}@example.com" for i in range(6)]
+    _, bid = send_campaign(conn, "news", emails)
+    assert wait_until(lambda: len(_rows(conn, bid)) == 6, 10)
+    jobs = await _claimed(db_url, 7, 6)
+    recorder = Recorder(Link(db_url, lambda: False), lambda: 7, full=3, linger=30.0)
+    task = asyncio.create_task(recorder.run())
+    try:
+        waiting = []
+        for i, (done, next_one) in enumerate(zip(jobs[:3], jobs[3:], strict=True)):
+            if i == 2:
+                await asyncio.sleep(0.5)  # two outcomes and two marks in: not full, waits
+                assert recorder.groups == 0
+            waiting.append(recorder.submit(Outcome(done, SENT, OK)))
+            waiting.append(recorder.mark(queue.Dot(next_one, "relay")))
+        assert await asyncio.wait_for(asyncio.gather(*waiting), 10) == [True] * 6
+        assert recorder.groups == 1 and recorder.written == 3
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    rows = _rows(conn, bid)
+    assert [rows[j.email]["status"] for j in jobs[:3]] == ["sent"] * 3
+    assert all(rows[j.email]["dot_at"] is not None for j in jobs[3:])
+
+
 def _rows(conn: Conn, bid: int) -> dict[str, dict[str, Any]]:
     rows = conn.execute("SELECT * FROM broadcast_jobs WHERE broadcast_id = %s", (bid,)).fetchall()
     return {str(r["email"]): r for r in rows}

@@ -55,6 +55,7 @@ class Recorder:
         self.full = full
         self.linger = linger
         self._waiting: list[Waiting] = []
+        self._outcomes = 0  # how many of those are outcomes (`full` counts them)
         self._kick = asyncio.Event()  # commit now
         self._arrived = asyncio.Event()  # something waits to be committed
         self.groups = 0
@@ -79,8 +80,12 @@ class Recorder:
             return done
         self._waiting.append((item, done))
         self._arrived.set()
-        if counts and len(self._waiting) >= self.full:
-            self._kick.set()
+        if counts:
+            # Full counts outcomes only: a group is full when every sender's outcome is in,
+            # whatever marks ride with them (counting the marks halved the groups).
+            self._outcomes += 1
+            if self._outcomes >= self.full:
+                self._kick.set()
         return done
 
     def need(self) -> None:
@@ -101,7 +106,7 @@ class Recorder:
                     await self._kick.wait()
                     linger.cancel()
                 self._kick.clear()
-                group, self._waiting = self._waiting, []
+                group, self._waiting, self._outcomes = self._waiting, [], 0
                 await self._commit(group)
         finally:
             await self.link.close()
@@ -123,10 +128,10 @@ class Recorder:
             for _, done in group + self._waiting:
                 if not done.done():
                     done.set_exception(self.failed)
-            self._waiting = []
+            self._waiting, self._outcomes = [], 0
             raise
         self.groups += 1
-        self.written += len(group)
+        self.written += len(outcomes)
         for item, done in group:
             if not done.done():
                 done.set_result(item.job.id in (written if isinstance(item, Outcome) else marked))
