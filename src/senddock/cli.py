@@ -241,6 +241,7 @@ def import_cmd(file: Path, list_name: str) -> None:
     """Import a CSV with a header row: email, optional name, attributes (JSON), other columns.
 
     Other columns become attributes. Re-importing updates; suppressed addresses stay suppressed.
+    listmonk's subscriber export is recognised: its blocklisted rows are suppressed.
     """
 
     # The first rejection is held back: when it is the file's only row, the error below is
@@ -269,9 +270,11 @@ def import_cmd(file: Path, list_name: str) -> None:
     if report.rejected_count and not report.imported:
         raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
     merged = f", {plural(report.merged, 'duplicate row')} merged" if report.merged else ""
+    blocked = report.blocklisted
+    suppressed = f", {blocked} blocklisted in listmonk and suppressed" if blocked else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
-        f" {plural(report.addresses, 'subscriber')}{merged};"
+        f" {plural(report.addresses, 'subscriber')}{merged}{suppressed};"
         f" rejected {plural(report.rejected_count, 'row')}"
     )
 
