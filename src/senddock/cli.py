@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from senddock import audience, campaigns, config
 from senddock.audience import cells, optin, suppressions
 from senddock.audience import lists as lists_api
+from senddock.audience import preferences as preferences_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
 from senddock.bounces import store as bounce_store
@@ -1015,6 +1016,16 @@ def lists_set_cmd(name: str, double_opt_in: bool | None, from_addr: str | None) 
     with db() as conn:
         lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
     click.echo(f"list {name!r} saved")
+
+
+@lists_group.command("public", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Show the list only to its members again.")
+def lists_public_cmd(name: str, off: bool) -> None:
+    """Show a list on every subscriber's preference page, to join or leave."""
+    with db() as conn:
+        preferences_api.set_public(conn, name, not off)
+    click.echo(f"list {name!r} is {'shown to its members only' if off else 'public'}")
 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:
