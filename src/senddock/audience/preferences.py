@@ -156,8 +156,3 @@ def set_public(conn: Conn, name: str, public: bool) -> None:
     """Show list `name` on every preference page, or only to its members."""
     if conn.execute(QUERIES["set_public"], {"name": name, "public": public}).rowcount == 0:
         raise UnknownList(f"no list named {name!r}", field="lists")
-
-
-def history(conn: Conn, subscriber_id: int) -> list[dict[str, Any]]:
-    """The subscriber's recorded changes, oldest first."""
-    return conn.execute(QUERIES["history"], {"subscriber": subscriber_id}).fetchall()

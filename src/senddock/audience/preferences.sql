@@ -76,10 +76,3 @@ FROM unnest(%(lists)s::bigint[]) AS t(list_id);
 -- name: set_public
 -- Show a list on every subscriber's preference page (public) or only to its members.
 UPDATE lists SET public = %(public)s WHERE name = %(name)s;
-
--- name: history
--- A subscriber's recorded changes, oldest first, with the list's name.
-SELECT e.action, e.source, e.campaign_id, e.created_at, l.name AS list_name
-FROM subscription_events e LEFT JOIN lists l ON l.id = e.list_id
-WHERE e.subscriber_id = %(subscriber)s
-ORDER BY e.created_at, e.id;
