@@ -43,7 +43,7 @@ from senddock.audience import optin, preferences, suppressions
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect, sql
-from senddock.messages import PREFERENCES, UNSUBSCRIBE, sign, verify
+from senddock.messages import UNSUBSCRIBE, Links, verify
 from senddock.runtime import build_worker, serve_maintainer
 from senddock.web import (
     api,
@@ -127,7 +127,8 @@ class Pages:
 
     def _choose(self, subscriber: int, campaign: int) -> str:
         """A link to the preference page, offered beside the unsubscribe button."""
-        url = f"/preferences/{sign(self.key, PREFERENCES, subscriber, campaign)}"
+        links = Links(self.settings.public_url, self.key, campaign, mailto="")  # as messages do
+        url = html.escape(links.preferences(subscriber))
         return f'<p>Or <a href="{url}">choose which lists you receive</a>.</p>'
 
     def _done(self) -> str:
