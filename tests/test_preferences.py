@@ -243,7 +243,7 @@ def test_forged_stale_or_foreign_tokens_get_403_or_404_and_change_nothing(
 def test_one_click_in_both_settings(
     db_url: str, conn: Conn, serve: ServerFactory, setting: str
 ) -> None:
-    seed(conn)
+    lists = seed(conn)
     env = {} if setting == "suppress" else {"SENDDOCK_ONE_CLICK": "lists"}
     server: Server = serve(workers=False, env=env)
     cid = campaign(conn, "news")
@@ -267,6 +267,17 @@ def test_one_click_in_both_settings(
         }
         assert suppressed == [{"reason": "unsubscribe", "detail": "one-click"}]
         assert (news_total, offers_total) == (2, 2) and "grace@example.com" not in offers
+        # Rejoining news on her page lifts the suppression and resumes news only: offers,
+        # shown to her as left while she was suppressed, is left now.
+        with server.client() as client:
+            path = page_path(conn, db_url, "grace@example.com", cid)
+            assert choose(client, path, "join", lists["news"]).status_code == 200
+        assert conn.execute("SELECT count(*) AS n FROM suppressions").fetchone() == {"n": 0}
+        assert statuses(conn, "grace@example.com") == {
+            "news": "confirmed",
+            "offers": "unsubscribed",
+        }
+        assert next_total(conn, "offers", "offers third")[0] == 2
     else:  # only the campaign's lists left: the other list still sends to her
         assert statuses(conn, "grace@example.com") == {
             "news": "unsubscribed",

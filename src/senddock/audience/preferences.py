@@ -6,7 +6,8 @@ change is one transaction: the subscriber row locked, the membership written, an
 `subscription_events` (action, source, campaign, time). Leaving makes the membership
 `unsubscribed`, which the next broadcast's enqueue skips and an import never undoes; joining
 makes it `confirmed`; unsubscribing from everything also suppresses the address, and
-rejoining a list afterwards lifts that suppression (only one whose reason is `unsubscribe`).
+rejoining a list afterwards lifts that suppression (only one whose reason is `unsubscribe`)
+and leaves every other list (the page showed them as left: rejoining one resumes only it).
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ def change(
                     field="list",
                 )
             lifted = conn.execute(QUERIES["lift_unsubscribe"], {"email": who["email"]}).rowcount
+            if lifted:
+                quiet = [r["list_id"] for r in conn.execute(QUERIES["leave_others"], params)]
+                if quiet:
+                    _record(conn, subscriber_id, quiet, "leave", source, campaign_id)
             changed = conn.execute(QUERIES["join"], params).rowcount > 0 or lifted > 0
         else:
             changed = conn.execute(QUERIES["leave"], params).rowcount > 0

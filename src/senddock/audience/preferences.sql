@@ -40,6 +40,14 @@ WHERE list_memberships.status <> 'confirmed';
 -- the subscriber's own and goes; a bounce, a complaint or a manual one never does.
 DELETE FROM suppressions WHERE lower(email) = lower(%(email)s) AND reason = 'unsubscribe';
 
+-- name: leave_others
+-- Rejoining one list lifted an "unsubscribe from everything": every other list still marked
+-- as received stays quiet (the page showed it as left, and the person asked for no more
+-- messages), so it is left now; returned for their events. Same transaction as the join.
+UPDATE list_memberships SET status = 'unsubscribed', updated_at = now()
+WHERE subscriber_id = %(subscriber)s AND list_id <> %(list)s AND status <> 'unsubscribed'
+RETURNING list_id;
+
 -- name: leave_campaign_lists
 -- One-click in the `lists` setting: leave every list the campaign went to, nothing else; the
 -- lists left are returned for their events.
