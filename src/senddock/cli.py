@@ -163,6 +163,7 @@ WEB = (
     "SESSION_IDLE_TIMEOUT",
     "SESSION_LIFETIME",
     "TRUSTED_PROXIES",
+    "ONE_CLICK",
 )
 DEMO_EPILOG = (
     "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
