@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from senddock import audience, campaigns, config
 from senddock.audience import cells, optin, suppressions
 from senddock.audience import lists as lists_api
+from senddock.audience import preferences as preferences_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
 from senddock.bounces import store as bounce_store
@@ -162,6 +163,7 @@ WEB = (
     "SESSION_IDLE_TIMEOUT",
     "SESSION_LIFETIME",
     "TRUSTED_PROXIES",
+    "ONE_CLICK",
 )
 DEMO_EPILOG = (
     "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
@@ -241,6 +243,7 @@ def import_cmd(file: Path, list_name: str) -> None:
     """Import a CSV with a header row: email, optional name, attributes (JSON), other columns.
 
     Other columns become attributes. Re-importing updates; suppressed addresses stay suppressed.
+    listmonk's subscriber export is recognised: its blocklisted rows are suppressed.
     """
 
     # The first rejection is held back: when it is the file's only row, the error below is
@@ -269,9 +272,11 @@ def import_cmd(file: Path, list_name: str) -> None:
     if report.rejected_count and not report.imported:
         raise Fail(f"imported nothing from {file}: all {report.rejected_count} rows were rejected")
     merged = f", {plural(report.merged, 'duplicate row')} merged" if report.merged else ""
+    blocked = report.blocklisted
+    suppressed = f", {blocked} blocklisted in listmonk and suppressed" if blocked else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
-        f" {plural(report.addresses, 'subscriber')}{merged};"
+        f" {plural(report.addresses, 'subscriber')}{merged}{suppressed};"
         f" rejected {plural(report.rejected_count, 'row')}"
     )
 
@@ -1012,6 +1017,16 @@ def lists_set_cmd(name: str, double_opt_in: bool | None, from_addr: str | None) 
     with db() as conn:
         lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
     click.echo(f"list {name!r} saved")
+
+
+@lists_group.command("public", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Show the list only to its members again.")
+def lists_public_cmd(name: str, off: bool) -> None:
+    """Show a list on every subscriber's preference page, to join or leave."""
+    with db() as conn:
+        preferences_api.set_public(conn, name, not off)
+    click.echo(f"list {name!r} is {'shown to its members only' if off else 'public'}")
 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:

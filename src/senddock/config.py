@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     # Where the mailto: unsubscribe goes; the campaign's From address when unset.
     unsubscribe_mailto: str | None = None
+    # `serve`: what POST /unsubscribe/TOKEN (RFC 8058 one-click) does: `suppress` leaves the
+    # campaign's lists and suppresses the address; `lists` only leaves the campaign's lists.
+    one_click: Literal["suppress", "lists"] = "suppress"
     # `serve`: signs the session cookie; the key stored in the database when unset.
     session_secret: str | None = None
     # `serve`: 1, true or yes marks cookies Secure even when the public URL is not https.

@@ -3,11 +3,18 @@
 Memory stays flat whatever the file's size: rows are read one at a time and sent in batches
 of BATCH with COPY into a temporary table, then merged with two set-based statements.
 Re-importing updates rather than duplicates (one subscriber per address, case-insensitive):
-a non-empty name replaces the old one, attributes are merged. Importing never touches the
-suppression list nor a membership someone left: a suppressed or unsubscribed address stays so.
+a non-empty name replaces the old one, attributes are merged. Importing never lifts a
+suppression nor undoes a membership someone left: a suppressed or unsubscribed address stays so.
 
 Columns: `email` (required), `name`, `attributes` (a JSON object); any other column becomes
 a string attribute of that name, except `status` and `suppressed` (what an export writes).
+
+listmonk's subscriber export (`uuid,email,name,attributes,status,created_at,updated_at`) is
+told by its header: a `blocklisted` row is imported and suppressed (reason `manual`, detail
+LISTMONK_BLOCKLISTED: listmonk does not say whether a person, a bounce or an unsubscribe
+blocklisted it), `enabled` and `disabled` rows are imported as sendable (listmonk sends
+campaigns to both), `created_at` becomes a new subscriber's, and `uuid` the attribute
+`listmonk_uuid`.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,10 @@ from senddock.errors import Invalid
 BATCH = 10_000
 # Columns `subscribers export` writes that describe state, not the person: never attributes.
 EXPORT_ONLY = {"status", "suppressed"}
+# The header of listmonk's subscriber export (Subscribers → Export), in its order.
+LISTMONK_HEADER = ("uuid", "email", "name", "attributes", "status", "created_at", "updated_at")
+LISTMONK_STATUSES = ("enabled", "disabled", "blocklisted")
+LISTMONK_BLOCKLISTED = "listmonk: blocklisted"
 # Rejections kept on the report when no callback takes them (the rest are only counted).
 KEEP_REJECTED = 10_000
 
@@ -50,6 +62,7 @@ class ImportReport:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     rejected_count: int = 0
     addresses: int = 0  # distinct addresses among them (case-insensitive): subscribers
+    blocklisted: int = 0  # listmonk rows marked blocklisted: imported and suppressed
 
     @property
     def merged(self) -> int:
@@ -152,6 +165,22 @@ def _delimiter_hint(header: list[str]) -> str:
     return ""
 
 
+# Go's time.Time.String(), what listmonk writes: `2024-03-05 10:11:12.123456789 +0000 UTC`.
+_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,9}))? ([+-]\d{4})(?: \S+)?")
+
+
+def _timestamp(text: str) -> str | None:
+    """An ISO 8601 timestamp from listmonk's export (Go's format or ISO 8601); None if not."""
+    go = _GO_TIME.fullmatch(text)
+    if go is not None:
+        seconds, fraction, offset = go.groups()
+        text = f"{seconds}.{(fraction or '0')[:6]}{offset[:3]}:{offset[3:]}"
+    try:
+        return datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        return None
+
+
 class _Parser:
     """Turns one CSV row into a staged row, or a reason to reject it."""
 
@@ -161,9 +190,28 @@ class _Parser:
         self.name = fields.index("name") if "name" in fields else None
         self.attrs = fields.index("attributes") if "attributes" in fields else None
         skip = {"email", "name", "attributes", ""} | EXPORT_ONLY
+        # listmonk's export, told by its header: status and created_at mean something.
+        self.listmonk = set(LISTMONK_HEADER) <= set(fields)
+        self.status = fields.index("status") if self.listmonk else None
+        self.created = fields.index("created_at") if self.listmonk else None
+        if self.listmonk:
+            skip |= {"uuid", "created_at", "updated_at"}
+        self.uuid = fields.index("uuid") if self.listmonk else None
         self.extra = [(i, f) for i, f in enumerate(fields) if f not in skip]
 
-    def parse(self, row: list[str]) -> tuple[str, str, str] | str:
+    def _listmonk(self, row: list[str]) -> tuple[str | None, bool] | str:
+        """(created_at, blocklisted) of a listmonk row, or why the row is refused."""
+        created: str | None = None
+        if self.created is not None and row[self.created].strip():
+            created = _timestamp(row[self.created].strip())
+            if created is None:
+                return f"created_at {row[self.created].strip()[:40]!r} is not a timestamp"
+        status = row[self.status].strip().lower() if self.status is not None else ""
+        if self.status is not None and status not in LISTMONK_STATUSES:
+            return f"status must be one of {', '.join(LISTMONK_STATUSES)}, got {status[:40]!r}"
+        return created, status == "blocklisted"
+
+    def parse(self, row: list[str]) -> tuple[str, str, str, str | None, bool] | str:
         if any(len(v) > MAX_FIELD for v in row):
             return f"a field is longer than {MAX_FIELD // 1024} KiB"
         bad = next((NOT_UTF8.search(v) for v in row if NOT_UTF8.search(v)), None)
@@ -200,10 +248,17 @@ class _Parser:
         for i, key in self.extra:
             if row[i] != "":
                 attrs[key] = row[i]
-        return address, name, json.dumps(attrs, ensure_ascii=False) if attrs else "{}"
+        listmonk = self._listmonk(row)
+        if isinstance(listmonk, str):
+            return listmonk
+        if self.uuid is not None and row[self.uuid].strip():
+            attrs["listmonk_uuid"] = row[self.uuid].strip()
+        text = json.dumps(attrs, ensure_ascii=False) if attrs else "{}"
+        return address, name, text, *listmonk
 
 
-Staged = tuple[int, str, str, str]  # line, email, name, attributes (JSON text)
+# line, email, name, attributes (JSON text), created_at (ISO text or None), blocklisted
+Staged = tuple[int, str, str, str, str | None, bool]
 
 
 @dataclass
@@ -260,12 +315,17 @@ def prepare(conn: psycopg.Connection[dict[str, Any]], list_name: str) -> int:
     return list_id
 
 
-def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> None:
-    """Upsert one chunk's rows and their memberships (inside the caller's transaction)."""
+def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> int:
+    """Upsert one chunk's rows and their memberships (inside the caller's transaction), and
+    suppress its listmonk-blocklisted addresses; how many rows were blocklisted."""
     with conn.cursor().copy(QUERIES["copy_stage"]) as copy:
         for item in staged:
             copy.write_row(item)
     conn.execute(QUERIES["merge_batch"], {"list": list_id})
+    blocked = sum(1 for item in staged if item[5])
+    if blocked:
+        conn.execute(QUERIES["suppress_blocklisted"], {"detail": LISTMONK_BLOCKLISTED})
+    return blocked
 
 
 def import_csv(
@@ -303,7 +363,7 @@ def import_csv(
             if not chunk.staged:
                 continue
             with conn.transaction():
-                merge(conn, list_id, chunk.staged)
+                report.blocklisted += merge(conn, list_id, chunk.staged)
                 report.addresses += conn.execute(QUERIES["count_new"]).rowcount
             report.imported += len(chunk.staged)
         with conn.transaction():

@@ -4,12 +4,13 @@
 -- name: stage
 -- Rows of one batch; emptied by the commit that merges them (ON COMMIT DELETE ROWS), so a
 -- batch never sees the rows of the one before.
-CREATE TEMP TABLE IF NOT EXISTS import_stage (line int, email text, name text, attrs jsonb)
-ON COMMIT DELETE ROWS
+CREATE TEMP TABLE IF NOT EXISTS import_stage (
+    line int, email text, name text, attrs jsonb, created timestamptz, blocked boolean
+) ON COMMIT DELETE ROWS
 
 -- name: copy_stage
 -- One batch into the stage table, streamed (COPY): memory stays flat whatever the file's size.
-COPY import_stage (line, email, name, attrs) FROM STDIN
+COPY import_stage (line, email, name, attrs, created, blocked) FROM STDIN
 
 -- name: seen
 -- The addresses this import has seen (lower-cased), across batches and transactions: counting
@@ -31,10 +32,12 @@ INSERT INTO import_seen SELECT DISTINCT lower(email) FROM import_stage ON CONFLI
 -- existed before the statement (its snapshot), each looked up through the lower(email) index
 -- (a scalar subquery: a join would hash the whole subscribers table for every batch).
 -- New members are confirmed; an existing membership (unsubscribed too) is left as it is, and
--- the suppression list is never touched: a suppressed or unsubscribed address stays so.
+-- the suppression list is never lifted: a suppressed or unsubscribed address stays so. A new
+-- subscriber keeps the file's created_at (listmonk's export), else now.
 WITH up AS (
-    INSERT INTO subscribers AS s (email, name, attributes)
-    SELECT DISTINCT ON (lower(email)) email, name, attrs FROM import_stage
+    INSERT INTO subscribers AS s (email, name, attributes, created_at)
+    SELECT DISTINCT ON (lower(email)) email, name, attrs, coalesce(created, now())
+    FROM import_stage
     ORDER BY lower(email), line DESC
     ON CONFLICT ((lower(email))) DO UPDATE
     SET name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE s.name END,
@@ -56,3 +59,13 @@ ON CONFLICT DO NOTHING
 -- name: drop_seen
 -- The end of an import: the seen addresses would otherwise live as long as the connection.
 DROP TABLE import_seen
+
+-- name: suppress_blocklisted
+-- listmonk's `blocklisted` rows of the batch become suppressions, in the merge's transaction,
+-- so no moment exists where such an address is a sendable member. An address already
+-- suppressed keeps its first reason (DO NOTHING), as every suppression does.
+INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
+SELECT DISTINCT ON (lower(email)) email, 'manual', NULL, %(detail)s
+FROM import_stage WHERE blocked
+ORDER BY lower(email)
+ON CONFLICT ((lower(email))) DO NOTHING

@@ -102,7 +102,7 @@ def check_names(
             continue  # a syntax error: compile_message reports it with its line
     shape = CompiledMessage(subject=None, text=None, html=None, from_header="", from_domain="")
     for rcpt in _sample(conn, list_ids):
-        ctx = shape.context(rcpt, "https://example.invalid/u")
+        ctx = shape.context(rcpt, "https://example.invalid/u", "https://example.invalid/p")
         for part, template in templates:
             try:
                 render_checked(template, ctx)

@@ -1,7 +1,7 @@
 """Templates, message bytes and signed links. Knows nothing about the database."""
 
 from senddock.messages.html_text import html_to_text
-from senddock.messages.links import UNSUBSCRIBE, Links, LinkSettings, sign, verify
+from senddock.messages.links import PREFERENCES, UNSUBSCRIBE, Links, LinkSettings, sign, verify
 from senddock.messages.render import (
     AddressProblem,
     CompiledMessage,
@@ -14,6 +14,7 @@ from senddock.messages.render import (
 )
 
 __all__ = [
+    "PREFERENCES",
     "UNSUBSCRIBE",
     "AddressProblem",
     "CompiledMessage",

@@ -1,4 +1,4 @@
-"""Signed per-recipient links (unsubscribe), built with HMAC-SHA256. No database here.
+"""Signed per-recipient links (unsubscribe, preferences), built with HMAC-SHA256. No database.
 
 A token is `<ids>.<mac>`: the ids in the clear (subscriber, campaign) and 128 bits of
 HMAC-SHA256 over a purpose and the ids. Without the key nobody can make one for another
@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 from urllib.parse import quote
 
 UNSUBSCRIBE = "unsubscribe"
+PREFERENCES = "preferences"
 _TOKEN = re.compile(r"^(\d{1,19}(?:\.\d{1,19})*)\.([A-Za-z0-9_-]{22})$")
 
 
@@ -74,6 +75,12 @@ class Links:
 
     def token(self, subscriber_id: int) -> str:
         return sign(self.key, UNSUBSCRIBE, subscriber_id, self.campaign_id)
+
+    def preferences(self, subscriber_id: int) -> str:
+        """The subscriber's preference page (its own purpose: an unsubscribe token opens no
+        page that can join lists)."""
+        token = sign(self.key, PREFERENCES, subscriber_id, self.campaign_id)
+        return f"{self.base_url.rstrip('/')}/preferences/{token}"
 
     def unsubscribe(self, subscriber_id: int) -> Unsubscribe:
         """The subscriber's unsubscribe URL and List-Unsubscribe value, from one signature.

@@ -395,7 +395,13 @@ class CompiledMessage:
             return None
         return self.links.unsubscribe(rcpt.subscriber_id)
 
-    def context(self, rcpt: Recipient, url: str) -> dict[str, Any]:
+    def preferences(self, rcpt: Recipient) -> str:
+        """The recipient's preference page, or '' (a test send, unsigned links)."""
+        if self.links is None or rcpt.subscriber_id is None:
+            return ""
+        return self.links.preferences(rcpt.subscriber_id)
+
+    def context(self, rcpt: Recipient, url: str, preferences: str = "") -> dict[str, Any]:
         sub = {
             "id": rcpt.subscriber_id,
             "email": rcpt.email,
@@ -408,6 +414,7 @@ class CompiledMessage:
             "name": rcpt.name,
             "attributes": rcpt.attributes,
             "unsubscribe_url": url,
+            "preferences_url": preferences,
         }
 
     def parts(self, rcpt: Recipient) -> tuple[str, str, str | None]:
@@ -417,7 +424,7 @@ class CompiledMessage:
     def _parts(
         self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
-        ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "")
+        ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "", self.preferences(rcpt))
         subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
         text = _render(self.text, ctx)
         html = _render(self.html, ctx) if self.html is not None else None

@@ -2,7 +2,9 @@
 
 GET  /unsubscribe/TOKEN  a page naming the address, with a button that POSTs back.
 POST /unsubscribe/TOKEN  unsubscribes at once: what mail providers send on one click
-                         (RFC 8058, body `List-Unsubscribe=One-Click`; any body is accepted).
+                         (RFC 8058, body `List-Unsubscribe=One-Click`; any body is accepted);
+                         SENDDOCK_ONE_CLICK=lists: leaves the campaign's lists, suppresses nobody.
+GET|POST /preferences/TOKEN  the preference page (web/preferences.py).
 GET  /confirm/TOKEN      double opt-in: a page with a button that POSTs back.
 POST /confirm/TOKEN      confirms the membership.
 A GET never changes anything (mail scanners follow links). A token whose signature does not
@@ -37,11 +39,11 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from senddock.audience import optin, suppressions
+from senddock.audience import optin, preferences, suppressions
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect, sql
-from senddock.messages import UNSUBSCRIBE, LinkSettings, verify
+from senddock.messages import UNSUBSCRIBE, Links, verify
 from senddock.runtime import build_worker, serve_maintainer
 from senddock.web import (
     api,
@@ -55,6 +57,7 @@ from senddock.web import (
     sessions,
     webhooks,
 )
+from senddock.web.preferences import PreferencePages
 
 log = logging.getLogger("senddock.web")
 
@@ -97,7 +100,7 @@ def _and(items: list[str]) -> str:
 class Pages:
     """The unsubscribe and confirm handlers, sharing the app's pool and the link key."""
 
-    def __init__(self, pool: Pool, settings: LinkSettings) -> None:
+    def __init__(self, pool: Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
         self.key = b""
@@ -118,7 +121,20 @@ class Pages:
 
     def _unsubscribe(self, subscriber: int, campaign: int, detail: str) -> bool:
         with self.pool.connection() as conn:
+            if self.settings.one_click == "lists":  # leave the campaign's lists, nothing more
+                return preferences.leave_campaign_lists(conn, subscriber, campaign, detail)
             return suppressions.unsubscribe(conn, subscriber, campaign, detail)
+
+    def _choose(self, subscriber: int, campaign: int) -> str:
+        """A link to the preference page, offered beside the unsubscribe button."""
+        links = Links(self.settings.public_url, self.key, campaign, mailto="")  # as messages do
+        url = html.escape(links.preferences(subscriber))
+        return f'<p>Or <a href="{url}">choose which lists you receive</a>.</p>'
+
+    def _done(self) -> str:
+        if self.settings.one_click == "lists":
+            return "<p>You left the lists this message came from.</p>"
+        return "<p>You are unsubscribed and will get no more messages.</p>"
 
     async def show(self, request: Request) -> Response:
         ids = self._ids(request)
@@ -132,10 +148,14 @@ class Pages:
             return page("Unsubscribed", f"<p><b>{address}</b> gets no more messages from us.</p>")
         names = [f"<b>{html.escape(name)}</b>" for name in found["list_names"]]
         listed = f" from {_and(names)}" if names else ""
+        final = (
+            "" if self.settings.one_click == "lists" else " You will get no more messages from us."
+        )
         return page(
             "Unsubscribe",
-            f"<p>Unsubscribe <b>{address}</b>{listed}? You will get no more messages from us.</p>"
-            '<form method="post"><button type="submit">Unsubscribe</button></form>',
+            f"<p>Unsubscribe <b>{address}</b>{listed}?{final}</p>"
+            '<form method="post"><button type="submit">Unsubscribe</button></form>'
+            + self._choose(*ids),
         )
 
     async def unsubscribe(self, request: Request) -> Response:
@@ -145,7 +165,7 @@ class Pages:
         body = (await request.body())[:200]
         detail = "one-click" if b"List-Unsubscribe=One-Click" in body else "unsubscribe page"
         await run_in_threadpool(self._unsubscribe, ids[0], ids[1], detail)
-        return page("Unsubscribed", "<p>You are unsubscribed and will get no more messages.</p>")
+        return page("Unsubscribed", self._done() + self._choose(*ids))
 
     def _about(self, subscriber: int, list_id: int) -> dict[str, Any] | None:
         with self.pool.connection() as conn:
@@ -314,6 +334,11 @@ def create_app(
         "/confirm/{token}", pages.show_confirm, methods=["GET"], include_in_schema=False
     )
     app.add_api_route("/confirm/{token}", pages.confirm, methods=["POST"], include_in_schema=False)
+    prefs = PreferencePages(pool, lambda: pages.key, page)
+    app.add_api_route("/preferences/{token}", prefs.show, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/preferences/{token}", prefs.submit, methods=["POST"], include_in_schema=False
+    )
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
     app.include_router(metrics.router)
     app.include_router(api.router)
