@@ -19,6 +19,7 @@ from senddock.campaigns.compose import link_key
 from senddock.config import load
 from senddock.messages import wire_address
 from senddock.testing import Catcher
+from senddock.web import auth
 from support import Conn, senddock, worker_env
 from web_support import Server, start_server
 
@@ -244,3 +245,25 @@ def test_the_per_ip_limit_holds_across_two_serve_processes(
     assert membership(conn, "late@example.com", "digest") is None
     joined = conn.execute("SELECT count(*) AS n FROM list_memberships").fetchone()
     assert joined == {"n": 10}
+
+
+def test_the_api_opens_a_list_and_hands_out_its_form(
+    conn: Conn, mail: Catcher, site: tuple[Server, Server]
+) -> None:
+    list_id = configure(conn, "news")
+    with site[0].client(auth.create_token(conn, "signup")) as api:
+        form = api.get(f"/api/v1/lists/{list_id}/form").json()
+        assert form["public"] is False
+        assert (
+            post(site[0].url, {"list": form["token"], "email": "a@example.com"}).status_code == 404
+        )
+        opened = api.patch(f"/api/v1/lists/{list_id}", json={"public": True})
+        assert opened.status_code == 200 and opened.json()["public"] is True
+        again = api.get(f"/api/v1/lists/{list_id}/form").json()
+    assert (
+        again["token"] in again["html"]
+        and 'action="http://127.0.0.1:8025/subscribe"' in again["html"]
+    )
+    answer = post(site[1].url, {"list": again["token"], "email": "a@example.com"}, as_json=True)
+    assert answer.status_code == 200
+    assert membership(conn, "a@example.com") == "confirmed"

@@ -87,13 +87,16 @@ def find(conn: Conn, name_or_id: str) -> int:
 
 def form_html(public_url: str, token: str, list_name: str) -> str:
     """The copy-paste HTML form of a list: posts to this server's /subscribe, and hides the
-    honeypot field off-screen (not `display:none`, which some bots skip)."""
+    honeypot field off-screen (not `display:none`, which some bots skip). The address field
+    is text, not `type=email`: browsers refuse a non-ASCII local part there (zoë@...), which
+    the server accepts; the server is the one that checks it."""
     action = html.escape(public_url.rstrip("/") + "/subscribe", quote=True)
     title = html.escape(list_name)
     return (
         f'<form method="post" action="{action}" accept-charset="utf-8">\n'
         f'  <input type="hidden" name="list" value="{html.escape(token, quote=True)}">\n'
-        f'  <label>Email <input type="email" name="email" required maxlength="254"></label>\n'
+        '  <label>Email <input type="text" inputmode="email" autocomplete="email" name="email"'
+        ' required maxlength="254"></label>\n'
         f'  <label>Name <input type="text" name="name" maxlength="{NAME_MAX}"></label>\n'
         f'  <div aria-hidden="true" style="position:absolute;left:-10000px">\n'
         f'    <input type="text" name="{HONEYPOT}" tabindex="-1" autocomplete="off">\n'
