@@ -64,10 +64,10 @@ def test_the_list_page_shows_a_form_that_signs_up_from_another_page(
         other.get_by_role("heading", name="Thank you").wait_for()
         browser.close()
 
+    assert catcher.wait_for(1)  # the sign-up is applied, then its request mailed
     row = conn.execute(
         "SELECT s.name, m.status FROM list_memberships m"
         " JOIN subscribers s ON s.id = m.subscriber_id WHERE s.email = %s",
         ("zoë@bücher.example",),
     ).fetchone()
     assert row == {"name": "Zoë", "status": "unconfirmed"}
-    assert catcher.wait_for(1)
