@@ -231,7 +231,7 @@ def test_forged_stale_or_foreign_tokens_get_403_or_404_and_change_nothing(
     assert statuses(conn, ZOE) == {"news": "confirmed", "offers": "confirmed"}
 
     # Made public, a list shows on everyone's page and can be joined.
-    done = senddock(worker_env(db_url, "smtp://127.0.0.1:1"), "lists", "public", "staff")
+    done = senddock(worker_env(db_url, "smtp://127.0.0.1:1"), "lists", "set", "staff", "--public")
     assert done.returncode == 0, done.stderr
     with server.client() as client:
         assert "staff" in client.get(path).text

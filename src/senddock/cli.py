@@ -27,9 +27,8 @@ import psycopg
 from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
-from senddock.audience import cells, optin, suppressions
+from senddock.audience import cells, optin, signup, suppressions
 from senddock.audience import lists as lists_api
-from senddock.audience import preferences as preferences_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
 from senddock.bounces import store as bounce_store
@@ -998,6 +997,7 @@ def lists_show_cmd() -> None:
     with db() as conn:
         for row in lists_api.all_lists(conn):
             opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
+            opt += "  public sign-up" if row["public"] else ""
             click.echo(
                 f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
                 f" {row['unsubscribed']} unsubscribed{opt}"
@@ -1012,21 +1012,37 @@ def lists_show_cmd() -> None:
     help="Whether people added one at a time must confirm by a link first.",
 )
 @click.option("--from", "from_addr", help="Who confirmation requests come from.")
-def lists_set_cmd(name: str, double_opt_in: bool | None, from_addr: str | None) -> None:
+@click.option(
+    "--public/--private",
+    default=None,
+    help="Whether anyone may sign up through POST /subscribe (see `lists form`).",
+)
+def lists_set_cmd(
+    name: str, double_opt_in: bool | None, from_addr: str | None, public: bool | None
+) -> None:
     """Create a list or change its options."""
     with db() as conn:
-        lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
+        list_id = lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
+        signup.set_public(conn, list_id, public)
     click.echo(f"list {name!r} saved")
 
 
-@lists_group.command("public", epilog=epilog(*DB))
-@click.argument("name")
-@click.option("--off", is_flag=True, help="Show the list only to its members again.")
-def lists_public_cmd(name: str, off: bool) -> None:
-    """Show a list on every subscriber's preference page, to join or leave."""
+@lists_group.command("form", epilog=epilog(*DB, "PUBLIC_URL", "SECRET_KEY"))
+@click.argument("name_or_id")
+def lists_form_cmd(name_or_id: str) -> None:
+    """Print the HTML sign-up form of a list (by name or id), to paste into a web page."""
+    s = settings()
     with db() as conn:
-        preferences_api.set_public(conn, name, not off)
-    click.echo(f"list {name!r} is {'shown to its members only' if off else 'public'}")
+        list_id = signup.find(conn, name_or_id)
+        row = next(r for r in lists_api.all_lists(conn) if r["id"] == list_id)
+        token = signup.form_token(compose.link_key(conn, s), list_id)
+    if not row["public"]:
+        click.echo(
+            f"note: list {row['name']!r} is private: the form works once it is public"
+            f" (senddock lists set {row['name']!r} --public)",
+            err=True,
+        )
+    click.echo(signup.form_html(s.public_url, token, row["name"]), nl=False)
 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:

@@ -5,7 +5,9 @@ carries it. `senddock serve` answers the link; only confirmed members are ever s
 from __future__ import annotations
 
 import asyncio
+import email.policy
 import email.utils
+from email.headerregistry import Address
 from email.message import EmailMessage
 from typing import Any
 
@@ -13,7 +15,7 @@ import psycopg
 
 from senddock.config import Settings, SmtpTarget
 from senddock.db import sql
-from senddock.messages import LinkSettings, sign
+from senddock.messages import LinkSettings, sign, wire_address
 from senddock.smtp import Reply, SmtpSession
 
 CONFIRM = "confirm"
@@ -31,7 +33,11 @@ def request_message(row: dict[str, Any], url: str) -> bytes:
     """The confirmation request for one unconfirmed membership."""
     msg = EmailMessage()
     msg["From"] = row["from_addr"]
-    msg["To"] = email.utils.formataddr((" ".join(str(row["name"]).split()), row["email"]))
+    # An IDNA domain in A-labels; a non-ASCII local part is written in UTF-8 (RFC 6532), as
+    # the SMTPUTF8 transaction that carries it allows (the To of "zoë@bücher.example").
+    to = wire_address(row["email"])
+    local, _, domain = to.rpartition("@")
+    msg["To"] = Address(" ".join(str(row["name"]).split()), local, domain)
     msg["Subject"] = f"Please confirm your subscription to {' '.join(row['list_name'].split())}"
     msg["Date"] = email.utils.formatdate(usegmt=True)
     domain = email.utils.parseaddr(row["from_addr"])[1].rsplit("@", 1)[-1]
@@ -41,7 +47,7 @@ def request_message(row: dict[str, Any], url: str) -> bytes:
         f"To confirm, open this link and press the button:\n\n{url}\n\n"
         "If this was not you, ignore this message: you will get nothing more.\n"
     )
-    return msg.as_bytes(policy=msg.policy.clone(linesep="\r\n"))
+    return msg.as_bytes(policy=email.policy.SMTP if to.isascii() else email.policy.SMTPUTF8)
 
 
 def send_requests(
@@ -49,8 +55,17 @@ def send_requests(
 ) -> list[tuple[str, Reply]]:
     """Send a confirmation request for each unconfirmed membership of `address`:
     (list name, the relay's reply)."""
+    rows = conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall()
+    return deliver(rows, key, settings, links)
+
+
+def deliver(
+    rows: list[dict[str, Any]], key: bytes, settings: Settings, links: LinkSettings
+) -> list[tuple[str, Reply]]:
+    """Send the confirmation request of each unconfirmed membership row (as `unconfirmed`
+    reads them) over one SMTP session: (list name, the relay's reply)."""
     todo = []
-    for row in conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall():
+    for row in rows:
         url = confirm_url(links, key, row["subscriber_id"], row["list_id"])
         sender = email.utils.parseaddr(row["from_addr"])[1]
         todo.append((row["list_name"], sender, row["email"], request_message(row, url)))

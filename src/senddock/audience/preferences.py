@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import psycopg
 
-from senddock.audience.lists import UnknownList
 from senddock.db import sql
 from senddock.errors import Conflict, NotFound
 
@@ -155,9 +154,3 @@ def leave_campaign_lists(conn: Conn, subscriber_id: int, campaign_id: int, sourc
         if left:
             _record(conn, subscriber_id, left, "leave", source, campaign_id)
     return True
-
-
-def set_public(conn: Conn, name: str, public: bool) -> None:
-    """Show list `name` on every preference page, or only to its members."""
-    if conn.execute(QUERIES["set_public"], {"name": name, "public": public}).rowcount == 0:
-        raise UnknownList(f"no list named {name!r}", field="lists")

@@ -80,7 +80,3 @@ ON CONFLICT ((lower(email))) DO NOTHING;
 INSERT INTO subscription_events (subscriber_id, list_id, action, source, campaign_id)
 SELECT %(subscriber)s, list_id, %(action)s, %(source)s, %(campaign)s
 FROM unnest(%(lists)s::bigint[]) AS t(list_id);
-
--- name: set_public
--- Show a list on every subscriber's preference page (public) or only to its members.
-UPDATE lists SET public = %(public)s WHERE name = %(name)s;

@@ -23,7 +23,7 @@ from fastapi import Path as PathParam
 
 from senddock import campaigns
 from senddock.audience import lists as lists_api
-from senddock.audience import optin, suppressions
+from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.campaigns import compose
@@ -205,10 +205,22 @@ def get_list(conn: Db, list_id: ListId) -> s.ListInfo:
 
 @router.patch("/lists/{list_id}", tags=["lists"], response_model=s.ListInfo)
 def set_list_options(conn: Db, list_id: ListId, body: s.ListOptions) -> s.ListInfo:
-    """Double opt-in (needs `from_addr`, who asks to confirm) or single opt-in."""
+    """Double opt-in (needs `from_addr`, who asks to confirm) or single opt-in; `public`
+    opens or closes its sign-up form."""
     name = _list(conn, list_id).name
     lists_api.configure(conn, name, double_opt_in=body.double_opt_in, from_addr=body.from_addr)
+    signup.set_public(conn, list_id, body.public)
     return _list(conn, list_id)
+
+
+@router.get("/lists/{list_id}/form", tags=["lists"], response_model=s.SignupForm)
+def get_signup_form(request: Request, conn: Db, list_id: ListId) -> s.SignupForm:
+    """The list's HTML sign-up form (it works while the list is public)."""
+    info = _list(conn, list_id)
+    token = signup.form_token(request.app.state.link_key, list_id)
+    url = request.app.state.settings.public_url
+    html = signup.form_html(url, token, info.name)
+    return s.SignupForm(list_id=list_id, public=info.public, token=token, html=html)
 
 
 # -- imports --------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ POST /unsubscribe/TOKEN  unsubscribes at once: what mail providers send on one c
 GET|POST /preferences/TOKEN  the preference page (web/preferences.py).
 GET  /confirm/TOKEN      double opt-in: a page with a button that POSTs back.
 POST /confirm/TOKEN      confirms the membership.
+POST /subscribe          public sign-up to a list marked public (web/subscribe.py).
 A GET never changes anything (mail scanners follow links). A token whose signature does not
 check is refused with 400 and changes nothing.
 
@@ -39,7 +40,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from senddock.audience import optin, preferences, suppressions
+from senddock.audience import optin, preferences, signup, suppressions
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect, sql
@@ -55,6 +56,7 @@ from senddock.web import (
     login_limits,
     metrics,
     sessions,
+    subscribe,
     webhooks,
 )
 from senddock.web.preferences import PreferencePages
@@ -173,7 +175,7 @@ class Pages:
 
     def _confirm(self, subscriber: int, list_id: int) -> bool:
         with self.pool.connection() as conn:
-            return optin.confirm(conn, subscriber, list_id)
+            return signup.confirm(conn, subscriber, list_id)  # stamps its consent row too
 
     async def show_confirm(self, request: Request) -> Response:
         ids = self._ids(request, optin.CONFIRM)
@@ -344,6 +346,7 @@ def create_app(
     app.include_router(api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))
+    app.include_router(subscribe.router)  # POST /subscribe, the public sign-up form
     docs.install(app)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")

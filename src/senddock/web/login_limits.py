@@ -90,18 +90,31 @@ def keys(email: str, host: str | None) -> list[tuple[str, int]]:
     ]
 
 
+def count(conn: Conn, key: str) -> int:
+    """Count one attempt under `key` in its window (shared by every process); how many the
+    key has now, this one included. Other limits (web/signup.py) count here too, under keys
+    of their own prefix, so one table and one sweep serve them all."""
+    row = conn.execute(QUERIES["reserve"], {"key": key, "window": timedelta(seconds=WINDOW)})
+    found = row.fetchone()
+    assert found is not None
+    return int(found["attempts"])
+
+
+def sweep(conn: Conn) -> None:
+    """Forget a few keys whose window is over."""
+    conn.execute(QUERIES["sweep"], {"window": timedelta(seconds=WINDOW)})
+
+
 def reserve(conn: Conn, email: str, host: str | None) -> Attempt:
     """Count a sign-in attempt by `email` from `host` before its password is checked."""
-    window = timedelta(seconds=WINDOW)
     wanted = keys(email, host)
     counted: list[str] = []
     for key, limit in wanted:
-        row = conn.execute(QUERIES["reserve"], {"key": key, "window": window}).fetchone()
-        assert row is not None
+        attempts = count(conn, key)
         counted.append(key)
-        if int(row["attempts"]) > limit:
+        if attempts > limit:
             return Attempt(False, wanted[0][0], tuple(counted))
-    conn.execute(QUERIES["sweep"], {"window": window})
+    sweep(conn)
     return Attempt(True, wanted[0][0], tuple(counted))
 
 

@@ -142,6 +142,7 @@ class ListInfo(BaseModel):
     name: str
     double_opt_in: bool
     from_addr: str | None
+    public: bool = Field(description="Takes sign-ups at POST /subscribe (GET .../form).")
     confirmed: int
     unconfirmed: int
     unsubscribed: int
@@ -156,6 +157,16 @@ class ListIn(Strict):
 class ListOptions(Strict):
     double_opt_in: bool | None = None
     from_addr: Line | None = None
+    public: bool | None = Field(default=None, description="Open or close POST /subscribe.")
+
+
+class SignupForm(BaseModel):
+    """A list's copy-paste sign-up form, and the signed token its `list` field carries."""
+
+    list_id: int
+    public: bool
+    token: str
+    html: str
 
 
 # -- imports ------------------------------------------------------------------------------

@@ -1,8 +1,7 @@
 -- 0023: the preference centre (issue 22.5). Additive only.
 
--- A public list is shown on every subscriber's preference page, to join or leave; a private
--- one only to its members. IF NOT EXISTS: another migration (public sign-up) may add it too.
-ALTER TABLE lists ADD COLUMN IF NOT EXISTS public boolean NOT NULL DEFAULT false;
+-- A public list (lists.public, 0022: it takes sign-ups) is also shown on every subscriber's
+-- preference page, to join or leave; a private one only to its members.
 
 -- Every change a subscriber makes on their preference page (and a one-click unsubscribe that
 -- only leaves lists), with its time and source: the record of who chose what, and when.

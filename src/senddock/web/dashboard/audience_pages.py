@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.audience import suppressions
+from senddock.audience import signup, suppressions
 from senddock.audience.lists import all_lists
 from senddock.errors import SendDockError
 from senddock.web import imports, queries
@@ -51,8 +51,14 @@ def subscriber_list(
 
 
 def _lists(request: Request) -> list[dict[str, Any]]:
+    """Every list, a public one with its copy-paste sign-up form (audience/signup.py)."""
     with db(request) as conn:
-        return all_lists(conn)
+        rows = all_lists(conn)
+    key, url = request.app.state.link_key, request.app.state.settings.public_url
+    for row in rows:
+        token = signup.form_token(key, row["id"])
+        row["form"] = signup.form_html(url, token, row["name"]) if row["public"] else ""
+    return rows
 
 
 @router.get("/lists")
