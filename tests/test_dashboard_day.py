@@ -17,30 +17,38 @@ from senddock.web import auth
 from support import Conn, ThreadWorker, jobs, seed_list, send_campaign, unfinished, wait_until
 from test_bounce_effects import back, report
 from test_dashboard import logged_in
-from web_support import Server, ServerFactory, servers
+from web_support import Server, servers
 
 EMAIL, PASSWORD = "admin@example.org", "correct horse battery staple"
 ZOE = "zoë@bücher.example"
 
 
+RELAY_PASSWORD = "S3cr3t-pässwörd"
+MAILGUN_KEY = "key-mailgun-9f8e7d6c5b4a"
+RELAYS = (
+    f"smtp://ops%40relay:{quote(RELAY_PASSWORD)}@relay.example:2525?tls=starttls"
+    "&per_minute=600&name=main smtps://backup.example?per_second=5&weight=2"
+)
+SETTINGS = {
+    "SENDDOCK_PUBLIC_URL": "http://news.bücher.example",
+    "SENDDOCK_RETENTION_DAYS": "30",
+    "SENDDOCK_BOUNCE_DOMAIN": "bounces.example.org",
+    "SENDDOCK_MAILGUN_SIGNING_KEY": MAILGUN_KEY,
+}
+
+
 @pytest.fixture(scope="module")
 def shared(pg_url: str) -> Iterator[Server]:
-    """One dashboard (no workers) for the module's tests: it keeps nothing between requests
-    that the emptied tables would contradict."""
+    """One dashboard (no workers, so its relays are never dialled) for the module's tests: it
+    keeps nothing between requests that the emptied tables would contradict."""
     for started in servers(pg_url):
-        yield started(workers=False)
+        yield started(RELAYS, workers=False, env=SETTINGS)
 
 
 @pytest.fixture
 def server(shared: Server, conn: Conn) -> Server:
     auth.create_admin(conn, EMAIL, PASSWORD)
     return shared
-
-
-@pytest.fixture
-def serve(db_url: str, conn: Conn) -> Iterator[ServerFactory]:
-    auth.create_admin(conn, EMAIL, PASSWORD)
-    yield from servers(db_url)
 
 
 def subscriber_row(conn: Conn, address: str) -> dict[str, object]:
@@ -242,27 +250,7 @@ def test_the_new_forms_refuse_a_post_without_its_csrf_token(server: Server, conn
     assert memberships(conn, sid) == {"news": "confirmed"}
 
 
-RELAY_PASSWORD = "S3cr3t-pässwörd"
-MAILGUN_KEY = "key-mailgun-9f8e7d6c5b4a"
-
-
-def test_the_settings_page_shows_what_workers_use_and_never_a_secret(
-    serve: ServerFactory,
-) -> None:
-    relays = (
-        f"smtp://ops%40relay:{quote(RELAY_PASSWORD)}@relay.example:2525?tls=starttls"
-        "&per_minute=600&name=main smtps://backup.example?per_second=5&weight=2"
-    )
-    server = serve(
-        relays,
-        workers=False,
-        env={
-            "SENDDOCK_PUBLIC_URL": "http://news.bücher.example",
-            "SENDDOCK_RETENTION_DAYS": "30",
-            "SENDDOCK_BOUNCE_DOMAIN": "bounces.example.org",
-            "SENDDOCK_MAILGUN_SIGNING_KEY": MAILGUN_KEY,
-        },
-    )
+def test_the_settings_page_shows_what_workers_use_and_never_a_secret(server: Server) -> None:
     with logged_in(server) as (http, _):
         page = http.get("/settings")
     assert page.status_code == 200

@@ -123,8 +123,9 @@ WHERE m.subscriber_id = %(id)s ORDER BY l.name
 
 -- name: subscriber_history
 -- One page of a subscriber's messages, newest job first: each job's campaign, status, when it
--- was sent and the relay's last reply. Read from broadcast_jobs_subscriber (0024), so a page
--- reads its rows and no others, however many jobs the table holds; LIMIT one more than shown.
+-- was sent and the relay's last reply; LIMIT one more than shown. Postgres 18 reads it from
+-- broadcast_jobs_once by skip scan, one descent per broadcast, however many jobs each has
+-- (no index on subscriber_id, which every enqueue would pay for: 0024, bench/subscriber_page.py).
 SELECT j.id, c.id AS campaign_id, c.name AS campaign, j.status, j.failure, j.attempts,
        j.sent_at, j.last_code, j.last_enhanced, j.last_reply, j.bounce_kind, j.updated_at
 FROM broadcast_jobs j JOIN broadcasts b ON b.id = j.broadcast_id
