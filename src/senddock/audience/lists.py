@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from senddock.db import sql
-from senddock.errors import Invalid
+from senddock.errors import Conflict, Invalid, NotFound
 
 QUERIES = sql.load(__package__, "lists.sql")
 
@@ -36,6 +36,23 @@ class ListError(Invalid, ValueError):
     """A list setting that cannot be applied (422)."""
 
 
+def _check_from(from_addr: str | None) -> None:
+    """A From address for confirmation requests: one header line, one valid address."""
+    from senddock.audience.addresses import normalize
+    from senddock.messages import check_header
+
+    if from_addr is not None:
+        check_header("from", from_addr, field="from_addr")
+        normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")
+
+
+def _opt_in_error(name: str, sender: str = "--from") -> ListError:
+    """The table's CHECK refused double opt-in without a From address."""
+    return ListError(
+        f"list {name!r}: double opt-in needs {sender} (who asks to confirm)", field="from_addr"
+    )
+
+
 def configure(
     conn: psycopg.Connection[dict[str, Any]],
     name: str,
@@ -47,12 +64,7 @@ def configure(
 
     A double opt-in list needs a From address for its confirmation requests.
     """
-    from senddock.audience.addresses import normalize
-    from senddock.messages import check_header
-
-    if from_addr is not None:
-        check_header("from", from_addr, field="from_addr")
-        normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")
+    _check_from(from_addr)
     try:
         with conn.transaction():
             list_id = ensure_list(conn, name)
@@ -61,10 +73,114 @@ def configure(
                 {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
             )
     except psycopg.errors.CheckViolation as exc:
-        raise ListError(
-            f"list {name!r}: double opt-in needs --from (who asks to confirm)", field="from_addr"
-        ) from exc
+        raise _opt_in_error(name) from exc
     return list_id
+
+
+# A list's name and description are shown on every list page and in CLI output: bounded, and
+# the name on one line.
+NAME_MAX = 200
+DESCRIPTION_MAX = 2_000
+
+
+class ListTaken(Conflict, ValueError):
+    """Another list already has that name (409, about `name`)."""
+
+
+class UnknownListId(NotFound, LookupError):
+    """No list with that id (404)."""
+
+
+def clean_name(name: str) -> str:
+    """A list name as stored: trimmed, not empty, one line, at most NAME_MAX characters."""
+    text = name.strip()
+    if not text:
+        raise ListError("a list needs a name", field="name")
+    if len(text) > NAME_MAX:
+        raise ListError(f"a list name has at most {NAME_MAX} characters", field="name")
+    if any(not ch.isprintable() for ch in text):
+        raise ListError("a list name must be one line of printable text", field="name")
+    return text
+
+
+def clean_description(text: str) -> str:
+    """A description as stored: trimmed, at most DESCRIPTION_MAX characters, no NUL."""
+    kept = text.replace("\r\n", "\n").strip()
+    if len(kept) > DESCRIPTION_MAX:
+        raise ListError(
+            f"a description has at most {DESCRIPTION_MAX:,} characters", field="description"
+        )
+    if "\x00" in kept:
+        raise ListError("a description cannot hold a NUL character", field="description")
+    return kept
+
+
+def create(
+    conn: psycopg.Connection[dict[str, Any]],
+    name: str,
+    description: str = "",
+    *,
+    double_opt_in: bool = False,
+    from_addr: str | None = None,
+) -> int:
+    """A new list (ListTaken if the name is in use) with its description and options; its id."""
+    text, about = clean_name(name), clean_description(description)
+    _check_from(from_addr)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                QUERIES["create_list"], {"name": text, "description": about}
+            ).fetchone()
+            if row is None:
+                raise ListTaken(f"there already is a list named {text!r}", field="name")
+            list_id = int(row["id"])
+            conn.execute(
+                QUERIES["set_options"],
+                {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
+            )
+    except psycopg.errors.CheckViolation as exc:
+        raise _opt_in_error(text, "a From address") from exc
+    return list_id
+
+
+def change(
+    conn: psycopg.Connection[dict[str, Any]],
+    list_id: int,
+    *,
+    name: str,
+    description: str,
+    double_opt_in: bool,
+    from_addr: str | None = None,
+) -> None:
+    """Rename, describe and set the options of list `list_id` in one transaction.
+
+    `from_addr` None keeps the list's From address; double opt-in needs one."""
+    text, about = clean_name(name), clean_description(description)
+    _check_from(from_addr)
+    try:
+        with conn.transaction():
+            try:
+                row = conn.execute(
+                    QUERIES["edit_list"], {"name": text, "description": about, "list": list_id}
+                ).fetchone()
+            except psycopg.errors.UniqueViolation as exc:
+                raise ListTaken(f"there already is a list named {text!r}", field="name") from exc
+            if row is None:
+                raise UnknownListId(f"there is no list {list_id}")
+            conn.execute(
+                QUERIES["set_options"],
+                {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
+            )
+    except psycopg.errors.CheckViolation as exc:
+        raise _opt_in_error(text, "a From address") from exc
+
+
+def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> dict[str, Any]:
+    """One list's fields; UnknownListId if there is none."""
+    row = conn.execute(QUERIES["list_by_id"], {"list": list_id}).fetchone()
+    if row is None:
+        raise UnknownListId(f"there is no list {list_id}")
+    return row
 
 
 def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,9 +22,27 @@ WHERE id = %(list)s;
 -- name: all_lists
 -- Every list with its options and its members counted by membership status in one pass
 -- (a LEFT JOIN, so an empty list shows with zero counts).
-SELECT l.id, l.name, l.double_opt_in, l.from_addr, l.public,
+SELECT l.id, l.name, l.description, l.double_opt_in, l.from_addr, l.public,
        count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
        count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
        count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed
 FROM lists l LEFT JOIN list_memberships m ON m.list_id = l.id
 GROUP BY l.id ORDER BY l.name;
+
+-- name: create_list
+-- A new list with its description; no row back when the name is taken (create refuses it
+-- as a Conflict instead of raising on the unique name mid-transaction).
+INSERT INTO lists (name, description) VALUES (%(name)s, %(description)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING id;
+
+-- name: edit_list
+-- A list's name and description. Campaigns and memberships name the list by id, so a rename
+-- changes nothing they hold; a name another list has fails on the unique index (Conflict).
+UPDATE lists SET name = %(name)s, description = %(description)s
+WHERE id = %(list)s
+RETURNING id;
+
+-- name: list_by_id
+-- One list's fields for its edit page, by primary key.
+SELECT id, name, description, double_opt_in, from_addr, created_at FROM lists WHERE id = %(list)s;

@@ -77,6 +77,28 @@ def subscriber_email(conn: Conn, subscriber_id: int) -> str | None:
     return str(row["email"]) if row else None
 
 
+def subscriber(conn: Conn, subscriber_id: int) -> dict[str, Any] | None:
+    """One subscriber's fields and suppression, by id; None when there is none."""
+    return conn.execute(QUERIES["subscriber"], {"id": subscriber_id}).fetchone()
+
+
+def subscriber_lists(conn: Conn, subscriber_id: int) -> Rows:
+    """The lists a subscriber is on, with each membership's status."""
+    return conn.execute(QUERIES["subscriber_lists"], {"id": subscriber_id}).fetchall()
+
+
+def subscriber_history(conn: Conn, subscriber_id: int, limit: int, offset: int) -> Rows:
+    """A page of a subscriber's messages (their job rows), newest first."""
+    params = {"id": subscriber_id, "limit": limit, "offset": offset}
+    return conn.execute(QUERIES["subscriber_history"], params).fetchall()
+
+
+def subscriber_bounces(conn: Conn, subscriber_id: int, email: str, limit: int, offset: int) -> Rows:
+    """A page of the bounce and complaint reports about a subscriber, newest first."""
+    params = {"id": subscriber_id, "email": email, "limit": limit, "offset": offset}
+    return conn.execute(QUERIES["subscriber_bounces"], params).fetchall()
+
+
 def suppressions_page(
     conn: Conn, pattern: str | None, reason: str | None, limit: int, offset: int
 ) -> Rows:

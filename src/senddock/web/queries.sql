@@ -106,3 +106,41 @@ FROM suppressions
 WHERE (%(q)s::text IS NULL OR email ILIKE %(q)s)
   AND (%(reason)s::text IS NULL OR reason = %(reason)s)
 ORDER BY lower(email) LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: subscriber
+-- One subscriber's fields for their dashboard page, by primary key, with their suppression
+-- (case ignored, as the claim tests it), if any.
+SELECT s.id, s.email, s.name, s.status, s.attributes, s.created_at, s.updated_at,
+       x.reason AS suppressed, x.created_at AS suppressed_at
+FROM subscribers s LEFT JOIN suppressions x ON lower(x.email) = lower(s.email)
+WHERE s.id = %(id)s
+
+-- name: subscriber_lists
+-- Every list a subscriber is on, with the membership's status and when it last changed.
+SELECT l.id, l.name, m.status, m.created_at, m.updated_at
+FROM list_memberships m JOIN lists l ON l.id = m.list_id
+WHERE m.subscriber_id = %(id)s ORDER BY l.name
+
+-- name: subscriber_history
+-- One page of a subscriber's messages, newest job first: each job's campaign, status, when it
+-- was sent and the relay's last reply; LIMIT one more than shown. Postgres 18 reads it from
+-- broadcast_jobs_once by skip scan, one descent per broadcast, however many jobs each has
+-- (no index on subscriber_id, which every enqueue would pay for: 0024, bench/subscriber_page.py).
+SELECT j.id, c.id AS campaign_id, c.name AS campaign, j.status, j.failure, j.attempts,
+       j.sent_at, j.last_code, j.last_enhanced, j.last_reply, j.bounce_kind, j.updated_at
+FROM broadcast_jobs j JOIN broadcasts b ON b.id = j.broadcast_id
+JOIN campaigns c ON c.id = b.campaign_id
+WHERE j.subscriber_id = %(id)s
+ORDER BY j.id DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: subscriber_bounces
+-- One page of the bounces and complaints reported about a subscriber after the 250, newest
+-- first: those matched to one of their jobs (bounce_findings_matched, 0024) and those that
+-- matched no job but name their address (bounce_findings_recipient, 0014).
+SELECT f.id, f.kind, f.status, f.reply, f.diagnostic, f.created_at, f.broadcast_id,
+       m.source, c.id AS campaign_id, c.name AS campaign
+FROM bounce_findings f JOIN bounce_messages m ON m.id = f.message_id
+LEFT JOIN broadcasts b ON b.id = f.broadcast_id LEFT JOIN campaigns c ON c.id = b.campaign_id
+WHERE f.subscriber_id = %(id)s
+   OR (f.subscriber_id IS NULL AND lower(f.recipient) = lower(%(email)s))
+ORDER BY f.id DESC LIMIT %(limit)s OFFSET %(offset)s

@@ -5,16 +5,28 @@
 
 from fastapi import APIRouter
 
-from senddock.web.dashboard import audience_pages, campaign_pages, live, login, workers_page
+from senddock.web.dashboard import (
+    audience_pages,
+    campaign_pages,
+    list_pages,
+    live,
+    login,
+    settings_page,
+    subscriber_pages,
+    workers_page,
+)
 
 router = APIRouter(include_in_schema=False)
 for part in (
     login.public,
     login.private,
     campaign_pages.router,
+    subscriber_pages.router,
+    list_pages.router,
     audience_pages.router,
     live.router,
     workers_page.router,
+    settings_page.router,
 ):
     router.include_router(part)
 
