@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from senddock.campaigns.audience import preview_count
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, seed_list, senddock, unfinished, wait_until, worker_env
+from web_support import ServerFactory, make_token, servers
 
 PEOPLE: list[tuple[str, dict[str, Any], str]] = [
     # address, attributes, created_at
@@ -247,3 +249,66 @@ def test_saved_segments_by_name_list_count_and_delete(conn: Conn) -> None:
     segments.delete(conn, "zürich")
     with pytest.raises(segments.UnknownSegment):
         segments.delete(conn, "zürich")
+
+
+@pytest.fixture
+def serve(db_url: str) -> Iterator[ServerFactory]:
+    yield from servers(db_url)
+
+
+def test_segments_api_saves_counts_narrows_a_campaign_and_refuses_injection(
+    conn: Conn, db_url: str, serve: ServerFactory
+) -> None:
+    seed(conn)
+    server = serve(workers=False)
+    with server.client(make_token(db_url)) as api:
+        bad = api.post("/api/v1/segments", json={"name": "x", "filter": "'; drop table x; --"})
+        assert bad.status_code == 422
+        assert bad.json() == {
+            "error": {
+                "field": "filter",
+                "message": 'segment: unexpected character "\'" at column 1',
+            }
+        }
+        made = api.post(
+            "/api/v1/segments", json={"name": "zürich", "filter": 'attributes.city = "Zürich"'}
+        )
+        assert made.status_code == 201, made.text
+        segment = made.json()
+        assert (segment["name"], segment["count"]) == ("zürich", 1)
+        again = api.post(
+            "/api/v1/segments", json={"name": "zürich", "filter": "exists attributes.x"}
+        )
+        assert again.status_code == 409
+        assert [g["name"] for g in api.get("/api/v1/segments").json()] == ["zürich"]
+        count = api.get(
+            "/api/v1/segments/count", params={"filter": 'attributes.x = "a" or 1=1', "list": "news"}
+        )
+        assert count.status_code == 422 and count.json()["error"]["field"] == "filter"
+        count = api.get(
+            "/api/v1/segments/count",
+            params={"filter": 'attributes.plan in ["pro", "team"]', "list": "news"},
+        )
+        assert count.json()["count"] == 4
+        campaign = api.post(
+            "/api/v1/campaigns",
+            json={
+                "name": "z",
+                "lists": ["news"],
+                "subject": "Hi",
+                "from_addr": "news@example.org",
+                "text_body": "Hello",
+                "segment": "zürich",
+            },
+        )
+        assert campaign.status_code == 201, campaign.text
+        cid = campaign.json()["id"]
+        audience = api.get(f"/api/v1/campaigns/{cid}/audience").json()
+        assert audience == {"count": 1, "filter": 'attributes.city = "Zürich"', "segment": "zürich"}
+        refused = api.delete(f"/api/v1/segments/{segment['id']}")
+        assert refused.status_code == 409
+        other = api.post(
+            "/api/v1/segments", json={"name": "gone", "filter": "not exists attributes.city"}
+        ).json()
+        assert api.delete(f"/api/v1/segments/{other['id']}").status_code == 200
+        assert api.get(f"/api/v1/segments/{other['id']}").status_code == 404

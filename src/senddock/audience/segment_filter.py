@@ -37,7 +37,6 @@ from decimal import Decimal
 from typing import Any
 
 from psycopg import sql as pgsql
-from psycopg.types.json import Jsonb
 
 from senddock.db import sql
 from senddock.errors import Invalid
@@ -48,6 +47,7 @@ FRAGMENTS = sql.load(__package__, "segment_filter.sql")
 MAX_LENGTH = 2_000
 MAX_DEPTH = 32
 MAX_VALUES = 1_000
+MAX_EXPONENT = 300
 
 COLUMNS = {"email": "text", "name": "text", "created_at": "time", "updated_at": "time"}
 OPERATORS = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -157,9 +157,19 @@ def tokens(text: str) -> list[Token]:
 
 def _literal(kind: str, text: str, column: int) -> Any:
     if kind == "string":
-        return json.loads(text)
+        value = json.loads(text)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SegmentError("a string holds a lone surrogate (\\uD800)", column) from None
+        if "\x00" in value:
+            raise SegmentError("a string holds NUL (\\u0000)", column)
+        return value
     if kind == "number":
-        return Decimal(text)
+        number = Decimal(text)
+        if abs(number.adjusted()) > MAX_EXPONENT:
+            raise SegmentError(f"a number is at most 1e{MAX_EXPONENT}", column)
+        return number
     if kind == "date":
         try:
             if "T" not in text:
@@ -180,6 +190,10 @@ class Parser:
     def __init__(self, text: str) -> None:
         if len(text) > MAX_LENGTH:
             raise SegmentError(f"a filter is at most {MAX_LENGTH} characters")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SegmentError("a filter is not valid text", exc.start + 1) from None
         self.tokens = tokens(text)
         self.at = 0
         self.depth = 0
@@ -392,20 +406,19 @@ def compile_node(node: Node) -> Condition:
         else:
             kind = "string"
         return pgsql.SQL(FRAGMENTS["attribute_compare"]).format(
-            path=path, type=param(kind), op=op, value=param(Jsonb(_json(n.value)))
+            path=path, type=param(kind), op=op, value=param(_json(n.value))
         )
 
     return Condition(walk(node), params)
 
 
-def _json(value: Value) -> Any:
+def _json(value: Value) -> str:
+    """The value as JSON text (a number exactly as written, never through a float)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Decimal):
-        return (
-            int(value)
-            if value == value.to_integral_value() and "e" not in str(value).lower()
-            else float(value)
-        )
-    return value
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def check(text: str) -> str:

@@ -52,6 +52,7 @@ from senddock.web import (
     headers,
     login_limits,
     metrics,
+    segments_api,
     sessions,
     webhooks,
 )
@@ -317,6 +318,7 @@ def create_app(
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
     app.include_router(metrics.router)
     app.include_router(api.router)
+    app.include_router(segments_api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))
     docs.install(app)
