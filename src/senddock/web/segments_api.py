@@ -74,12 +74,14 @@ def add_segment(conn: Db, body: SegmentIn) -> SegmentOut:
 @router.get("/segments/count", response_model=Count)
 def count_filter(
     conn: Db,
-    filter: Annotated[str, Query(min_length=1, max_length=MAX_LENGTH, pattern=r"^[^\x00]*$")],
+    filter: Annotated[str | None, Query(max_length=MAX_LENGTH, pattern=r"^[^\x00]*$")] = None,
     lists: Annotated[list[s.Name] | None, Query(alias="list", max_length=100)] = None,
 ) -> Count:
-    """How many active, unsuppressed subscribers (confirmed on any `list`, if given) match."""
+    """How many active, unsuppressed subscribers (confirmed on any `list`, if given) match
+    `filter` (everyone without one)."""
     ids = [lists_api.find_list(conn, n) for n in lists] if lists else None
-    return Count(count=segments.count(conn, filter, ids), filter=filter.strip())
+    text = filter.strip() if filter and filter.strip() else None
+    return Count(count=segments.count(conn, text, ids), filter=text)
 
 
 SegmentId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
