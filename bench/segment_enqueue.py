@@ -94,6 +94,9 @@ def measure(
                 total = first + enqueue_rest(url, bid, chunk)
                 took[label].append(time.perf_counter() - t0)
                 jobs[label] = total
+                print(
+                    f"round {r + 1}, {label}: {total:,} jobs in {took[label][-1]:.2f} s", flush=True
+                )
         cid = _campaign(conn, "preview", AUDIENCES[2][1])
         t0 = time.perf_counter()
         preview_count(conn, cid)
