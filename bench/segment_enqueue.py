@@ -130,8 +130,8 @@ def main() -> int:
             f"{t / base:.2f}",
             f"{t / args.subscribers * 1e6:.2f}",
         )
-    Console().print(table)
-    Console().print(f"count preview of {AUDIENCES[2][1]}: {preview * 1000:.0f} ms")
+    Console(width=120).print(table)
+    Console(width=120).print(f"count preview of {AUDIENCES[2][1]}: {preview * 1000:.0f} ms")
     return 0
 
 
