@@ -24,7 +24,11 @@ from web_support import ServerFactory, make_token, servers
 
 PEOPLE: list[tuple[str, dict[str, Any], str]] = [
     # address, attributes, created_at
-    ("zoë@bücher.example", {"city": "Zürich", "plan": "pro", "vip": True}, "2026-02-01"),
+    (
+        "zoë@bücher.example",
+        {"city": "Zürich", "plan": "pro", "vip": True, "address": {"zip": "8001"}},
+        "2026-02-01",
+    ),
     ("ada@example.org", {"city": "London", "plan": "team", "score": 7}, "2026-03-05"),
     ("bob@example.org", {"city": "London", "plan": "free", "score": 2.5}, "2025-11-20"),
     ("chloé@example.org", {"city": "Paris", "plan": "pro", "tags": ["x"]}, "2026-01-01"),
@@ -94,6 +98,7 @@ def _quoted(text: str) -> str:
         ),
         ("created_at < 2026-01-01T00:00:01Z AND created_at > 2025-12-31T23:00+01:00", {"chloé"}),
         ('name = "zoë"', {"zoë"}),
+        ('attributes.address.zip = "8001" and attributes."plan" IN ["pro"]', {"zoë"}),
     ],
 )
 def test_a_filter_selects_exactly_the_subscribers_it_names(

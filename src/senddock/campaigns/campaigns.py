@@ -21,7 +21,7 @@ from senddock.audience.segment_filter import check as check_filter
 from senddock.audience.segments import find as find_segment
 from senddock.campaigns.template_check import check_names
 from senddock.db import sql
-from senddock.errors import Conflict, NotFound
+from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
 from senddock.queue import Campaign, Unconfirmed, finish_sync, lock_campaign, unconfirmed_jobs
 from senddock.queue import cancel as cancel_in_queue
@@ -63,7 +63,7 @@ def create_campaign(
     A saved `segment` (by name) or an `audience_filter` of its own narrows the lists.
     """
     if segment and audience_filter:
-        raise CampaignError("give a segment or a filter, not both", field="filter")
+        raise Invalid("give a segment or a filter, not both", field="filter")
     segment_id = find_segment(conn, segment).id if segment else None
     own_filter = check_filter(audience_filter) if audience_filter else None
     if send_at is not None and send_at.tzinfo is None:
