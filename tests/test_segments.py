@@ -225,6 +225,8 @@ def test_segment_cli_saves_counts_and_previews_and_refuses_bad_filters_in_one_li
     assert done.returncode == 0, done.stderr
     shown = senddock(env, "segment", "show", "londoners")
     assert 'attributes.city = "London"' in shown.stdout and "3 subscribers" in shown.stdout
+    counted = senddock(env, "segment", "count", "londoners", "--list", "news")  # by name
+    assert counted.stdout.strip() == "3", counted.stderr
     made = create("--segment", "londoners")
     assert made.returncode == 0, made.stderr
     preview = senddock(env, "campaign", "preview", made.stdout.strip())
