@@ -22,7 +22,8 @@ from support import Conn
 TABLES = (
     "broadcast_jobs, broadcast_counts, broadcasts, campaigns, list_memberships, lists,"
     " subscribers, suppressions, workers, api_tokens, admins, import_jobs, import_uploads,"
-    " worker_deaths, sessions, login_attempts, bounce_messages, bounce_findings, bounce_effects"
+    " worker_deaths, sessions, login_attempts, bounce_messages, bounce_findings, bounce_effects,"
+    " segments"
 )
 
 

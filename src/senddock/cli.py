@@ -296,6 +296,8 @@ def campaign() -> None:
 @click.option("--html-file", type=click.Path(), help="HTML body.")
 @click.option("--reply-to", help='Reply-To address, e.g. "Ada <ada@example.org>".')
 @click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
+@click.option("--segment", help="A saved segment narrowing the lists (senddock segment add).")
+@click.option("--filter", "audience_filter", help='Its own filter, e.g. attributes.city = "Oslo".')
 def create_cmd(
     name: str,
     list_name: tuple[str, ...],
@@ -305,6 +307,8 @@ def create_cmd(
     html_file: str | None,
     reply_to: str | None,
     send_at: str | None,
+    segment: str | None,
+    audience_filter: str | None,
 ) -> None:
     """Create a draft campaign; prints its id alone."""
     if text_file is None and html_file is None:
@@ -324,6 +328,8 @@ def create_cmd(
             html_body=html,
             reply_to=reply_to,
             send_at=when,
+            segment=segment,
+            audience_filter=audience_filter,
         )
     click.echo(cid)
 
@@ -582,10 +588,14 @@ def demo_cmd(count: int) -> None:
 
 @campaign.command("preview")
 @click.argument("campaign_id", type=int)
-@click.option("--to", "address", required=True, help="Render as this subscriber would get it.")
+@click.option("--to", "address", help="Render as this subscriber would get it.")
 @click.option("--raw", is_flag=True, help="Print the message bytes exactly as sent.")
-def preview_cmd(campaign_id: int, address: str, raw: bool) -> None:
-    """Print the message a subscriber would get: headers, then each body."""
+def preview_cmd(campaign_id: int, address: str | None, raw: bool) -> None:
+    """Print the message a subscriber would get: headers, then each body; without --to, how
+    many would receive it if it were sent now (its lists narrowed by its segment)."""
+    if address is None:
+        _preview_count(campaign_id)
+        return
     with db() as conn:
         data = compose.preview(conn, campaign_id, address, settings())
     if raw:
@@ -1443,6 +1453,85 @@ def bounces_list(campaign: int | None, kind: str | None, as_json: bool) -> None:
 
 def _jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+# -- segments (issue 22, part 3) --------------------------------------------------------------
+
+
+@cli.group("segment")
+def segment_group() -> None:
+    """Saved filters over subscriber fields and attributes that narrow a campaign's lists."""
+
+
+@segment_group.command("add", epilog=epilog(*DB))
+@click.argument("name")
+@click.argument("expression")
+def segment_add_cmd(name: str, expression: str) -> None:
+    """Save EXPRESSION as segment NAME, e.g. 'attributes.plan in ["pro", "team"]'."""
+    from senddock.audience import segments
+
+    with db() as conn:
+        found = segments.add(conn, name, expression)
+    click.echo(found.id)
+
+
+@segment_group.command("list", epilog=epilog(*DB))
+def segment_list_cmd() -> None:
+    """Every saved segment: name and filter."""
+    from senddock.audience import segments
+
+    with db() as conn:
+        for g in segments.all_segments(conn):
+            click.echo(f"{g.name}\t{g.filter}")
+
+
+@segment_group.command("show", epilog=epilog(*DB))
+@click.argument("name")
+def segment_show_cmd(name: str) -> None:
+    """A segment's filter and how many subscribers it matches now."""
+    from senddock.audience import segments
+
+    with db() as conn:
+        g = segments.find(conn, name)
+        n = segments.count(conn, g.filter)
+    click.echo(f"segment {g.name}\n  filter  {g.filter}\n  matches {plural(n, 'subscriber')}")
+
+
+@segment_group.command("delete", epilog=epilog(*DB))
+@click.argument("name")
+def segment_delete_cmd(name: str) -> None:
+    """Delete a segment no campaign names."""
+    from senddock.audience import segments
+
+    with db() as conn:
+        segments.delete(conn, name)
+
+
+@segment_group.command("count", epilog=epilog(*DB))
+@click.argument("expression")
+@click.option("--list", "list_names", multiple=True, help="Only confirmed members of (repeatable).")
+def segment_count_cmd(expression: str, list_names: tuple[str, ...]) -> None:
+    """How many active, unsuppressed subscribers EXPRESSION (a filter or a segment's name)
+    matches now."""
+    from senddock.audience import segments
+
+    with db() as conn:
+        lists = [lists_api.find_list(conn, n) for n in list_names] or None
+        try:
+            text = segments.find(conn, expression).filter
+        except segments.UnknownSegment:
+            text = expression
+        click.echo(segments.count(conn, text, lists))
+
+
+def _preview_count(campaign_id: int) -> None:
+    from senddock.campaigns.audience import audience, preview_count
+
+    with db() as conn:
+        who = audience(conn, campaign_id)
+        n = preview_count(conn, campaign_id)
+    narrowed = f"segment {who.segment}" if who.segment else f"filter {who.filter}"
+    click.echo(plural(n, "recipient") + (f" ({narrowed})" if who.filter else ""))
 
 
 def main() -> None:

@@ -17,9 +17,11 @@ import psycopg
 
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
+from senddock.audience.segment_filter import check as check_filter
+from senddock.audience.segments import find as find_segment
 from senddock.campaigns.template_check import check_names
 from senddock.db import sql
-from senddock.errors import Conflict, NotFound
+from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
 from senddock.queue import Campaign, Unconfirmed, finish_sync, lock_campaign, unconfirmed_jobs
 from senddock.queue import cancel as cancel_in_queue
@@ -51,12 +53,19 @@ def create_campaign(
     html_body: str | None = None,
     reply_to: str | None = None,
     send_at: datetime | None = None,
+    segment: str | None = None,
+    audience_filter: str | None = None,
 ) -> int:
     """Check everything that could fail mid-broadcast now, then store a draft; its id.
 
     Without a text body, the text part is derived from the HTML. With `send_at` (time zone
     required) the scheduler enqueues it then. Several lists: each address gets one message.
+    A saved `segment` (by name) or an `audience_filter` of its own narrows the lists.
     """
+    if segment and audience_filter:
+        raise Invalid("give a segment or a filter, not both", field="filter")
+    segment_id = find_segment(conn, segment).id if segment else None
+    own_filter = check_filter(audience_filter) if audience_filter else None
     if send_at is not None and send_at.tzinfo is None:
         raise CampaignError(
             "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
@@ -77,6 +86,10 @@ def create_campaign(
         cid = _insert(
             conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
         )
+        if segment_id is not None or own_filter is not None:
+            conn.execute(
+                QUERIES["set_audience"], {"c": cid, "segment": segment_id, "filter": own_filter}
+            )
     return cid
 
 

@@ -11,6 +11,11 @@ VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id
 -- its lists.
 INSERT INTO campaign_lists (campaign_id, list_id) SELECT %s, unnest(%s::bigint[])
 
+-- name: set_audience
+-- A new draft's segment or its own filter (at most one: campaigns_one_audience_filter,
+-- migration 0021), in the draft's own transaction.
+UPDATE campaigns SET segment_id = %(segment)s, audience_filter = %(filter)s WHERE id = %(c)s
+
 -- name: snapshot
 -- Invariant 8: the status and the counts are read in one snapshot, so they agree with each
 -- other (a commit between the two reads would show a job twice or not at all).

@@ -72,6 +72,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -112,6 +113,12 @@ ANALYZE_AFTER = 2_000
 ANALYZE_EVERY = 10.0
 
 log = logging.getLogger("senddock.enqueue")
+
+# A broadcast's audience filter (broadcasts.audience_filter, a segment's text) as a boolean SQL
+# expression over the subscriber row `s` and its named parameters. The caller gives it
+# (campaigns/broadcast.py composes audience/segment_filter.py's compiler in), so the queue knows
+# no filter language; a filtered broadcast is never enqueued without one.
+Narrow = Callable[[str | None], tuple[pgsql.Composable, Mapping[str, Any]]]
 
 
 # ----- Notifications -----
@@ -178,14 +185,26 @@ def broadcast_total(conn: Conn, broadcast_id: int) -> int:
     return int(row["total"]) if row else 0
 
 
-def start_broadcast(conn: Conn, campaign: Campaign, first_chunk: int = FIRST_CHUNK) -> Started:
+def start_broadcast(
+    conn: Conn,
+    campaign: Campaign,
+    first_chunk: int = FIRST_CHUNK,
+    audience_filter: str | None = None,
+    narrow: Narrow | None = None,
+) -> Started:
     """Create the locked draft `campaign`'s broadcast, its cursors and its first chunk.
 
     The campaign becomes `sending` (it follows its new `running` broadcast). Workers NOTIFYed
-    at commit enqueue the rest. In the caller's transaction.
+    at commit enqueue the rest. `audience_filter` (compiled by `narrow`) narrows every chunk.
+    In the caller's transaction.
     """
     domain = email.utils.parseaddr(campaign.from_addr)[1].rsplit("@", 1)[-1]
-    params = {"c": campaign.id, "token": secrets.token_hex(4), "domain": domain}
+    params = {
+        "c": campaign.id,
+        "token": secrets.token_hex(4),
+        "domain": domain,
+        "filter": audience_filter,
+    }
     b = conn.execute(QUERIES["new_broadcast"], params).fetchone()
     assert b is not None
     bid = int(b["id"])
@@ -195,16 +214,36 @@ def start_broadcast(conn: Conn, campaign: Campaign, first_chunk: int = FIRST_CHU
     parts = PARTS if last >= PARTS * CHUNK else 1
     conn.execute(QUERIES["new_enqueue"], {"b": bid, "last": last, "parts": parts})
     conn.execute(QUERIES["link_broadcast"], {"b": bid, "c": campaign.id})
-    chunk = enqueue_chunk(conn, bid, first_chunk)
+    chunk = enqueue_chunk(conn, bid, first_chunk, narrow)
     wake(conn)
     return Started(chunk, last)
 
 
-def anyone_left(conn: Conn, campaign_id: int, after_id: int, last_id: int) -> bool:
+def anyone_left(
+    conn: Conn,
+    campaign_id: int,
+    after_id: int,
+    last_id: int,
+    audience_filter: str | None = None,
+    narrow: Narrow | None = None,
+) -> bool:
     """Is anyone to send to in (after_id, last_id]? (Asked when the first chunk found nobody.)"""
-    params = {"after": after_id, "last": last_id, "lists": _lists(conn, campaign_id)}
-    row = conn.execute(QUERIES["anyone_left"], params).fetchone()
+    where, extra = _audience(audience_filter, narrow)
+    params = {"after": after_id, "last": last_id, "lists": _lists(conn, campaign_id), **extra}
+    statement = pgsql.SQL(QUERIES["anyone_left"]).format(audience=where)
+    row = conn.execute(statement, params).fetchone()
     return bool(row and row["found"])
+
+
+def _audience(
+    audience_filter: str | None, narrow: Narrow | None
+) -> tuple[pgsql.Composable, Mapping[str, Any]]:
+    """The `{audience}` condition of enqueue and anyone_left: everyone, or the filter."""
+    if audience_filter is None:
+        return pgsql.SQL("true"), {}
+    if narrow is None:
+        raise ValueError("a broadcast with an audience filter needs its compiler to enqueue")
+    return narrow(audience_filter)
 
 
 def _lists(conn: Conn, campaign_id: int) -> list[int]:
@@ -212,8 +251,12 @@ def _lists(conn: Conn, campaign_id: int) -> list[int]:
     return [int(r["list_id"]) for r in rows]
 
 
-def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) -> Chunk | None:
+def enqueue_chunk(
+    conn: Conn, broadcast_id: int | None = None, size: int = CHUNK, narrow: Narrow | None = None
+) -> Chunk | None:
     """Enqueue the next chunk of one broadcast still being enqueued (any, or `broadcast_id`).
+
+    `narrow` compiles a broadcast's audience filter (a filtered broadcast needs it).
 
     One transaction: the jobs, the cursor, the broadcast's total and a NOTIFY commit together.
     None: no broadcast needs (or is free for) a chunk now.
@@ -236,7 +279,9 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
             QUERIES["chunk_end"], {"last": last, "after": after, "n": size, "c": e["campaign_id"]}
         ).fetchone()
         hi = int(end["hi"]) if end and end["hi"] is not None else last
+        where, extra = _audience(e["audience_filter"], narrow)
         params = {
+            **extra,
             "b": bid,
             "after": after,
             "hi": hi,
@@ -245,7 +290,7 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
             "token": e["message_token"],
             "domain": e["message_domain"],
         }
-        n = _insert_jobs(conn, params) if hi > after else 0
+        n = _insert_jobs(conn, where, params) if hi > after else 0
         done = hi >= last
         step = QUERIES["enqueue_done"] if done else QUERIES["advance_enqueue"]
         conn.execute(step, {"b": bid, "part": part, "hi": hi})
@@ -259,23 +304,27 @@ def enqueue_chunk(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK
     return chunk
 
 
-def enqueue_all(conn: Conn, broadcast_id: int | None = None, size: int = CHUNK) -> int:
+def enqueue_all(
+    conn: Conn, broadcast_id: int | None = None, size: int = CHUNK, narrow: Narrow | None = None
+) -> int:
     """Enqueue chunks until no broadcast (or `broadcast_id`) is left to enqueue; jobs inserted."""
     total = 0
-    while (chunk := enqueue_chunk(conn, broadcast_id, size)) is not None:
+    while (chunk := enqueue_chunk(conn, broadcast_id, size, narrow)) is not None:
         total += chunk.jobs
     return total
 
 
-def _insert_jobs(conn: Conn, params: dict[str, Any]) -> int:
-    """A chunk's jobs; how many were inserted (see ENQUEUE_SKIPPING)."""
+def _insert_jobs(conn: Conn, where: pgsql.Composable, params: dict[str, Any]) -> int:
+    """A chunk's jobs, narrowed by `where`; how many were inserted (see ENQUEUE_SKIPPING)."""
     try:
         with conn.transaction():
-            return conn.execute(QUERIES["enqueue"], params).rowcount
+            plain = pgsql.SQL(QUERIES["enqueue"]).format(audience=where)
+            return conn.execute(plain, params).rowcount
     except psycopg.errors.UniqueViolation:
         b, after, hi = params["b"], params["after"], params["hi"]
         log.warning("broadcast %s: some jobs for ids (%s, %s] exist already", b, after, hi)
-        return conn.execute(ENQUEUE_SKIPPING, params).rowcount
+        skipping = pgsql.SQL(ENQUEUE_SKIPPING).format(audience=where)
+        return conn.execute(skipping, params).rowcount
 
 
 _analyzed_at = 0.0

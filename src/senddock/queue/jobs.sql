@@ -19,8 +19,9 @@ SELECT total FROM broadcasts WHERE id = %(b)s
 -- name: new_broadcast
 -- Invariant 7: one broadcast per campaign (unique campaign_id). It starts `running`; the
 -- trigger campaign_follows_broadcast moves its campaign from draft to sending in this statement.
-INSERT INTO broadcasts (campaign_id, total, message_token, message_domain)
-VALUES (%(c)s, 0, %(token)s, %(domain)s) RETURNING id
+-- Its audience filter (a segment's, migration 0021) is fixed here for every chunk.
+INSERT INTO broadcasts (campaign_id, total, message_token, message_domain, audience_filter)
+VALUES (%(c)s, 0, %(token)s, %(domain)s, %(filter)s) RETURNING id
 
 -- name: last_subscriber
 -- The recipients are fixed now: nobody who signs up after this moment is swept in.
@@ -41,7 +42,7 @@ UPDATE campaigns SET broadcast_id = %(b)s, updated_at = now() WHERE id = %(c)s
 -- One part of a broadcast still being enqueued, its row locked for this chunk. SKIP LOCKED: a
 -- worker is enqueuing that part already, take another or come back later.
 SELECT e.broadcast_id, e.part, e.after_id, e.last_id, e.since, b.campaign_id, b.status,
-       b.message_token, b.message_domain
+       b.message_token, b.message_domain, b.audience_filter
 FROM broadcast_enqueues e JOIN broadcasts b ON b.id = e.broadcast_id
 WHERE %(b)s::bigint IS NULL OR e.broadcast_id = %(b)s
 ORDER BY e.broadcast_id, e.part
@@ -90,7 +91,9 @@ WHERE cl.campaign_id = %(c)s
 -- unique key still refuses one. Plain, the insert costs about a quarter less than with ON
 -- CONFLICT (speculative insertion writes a WAL record more a row): it goes plain, in a
 -- savepoint, and only if the key refuses a row is the chunk inserted again with ON CONFLICT
--- DO NOTHING (jobs.py ENQUEUE_SKIPPING: this statement, not a copy of it).
+-- DO NOTHING (jobs.py ENQUEUE_SKIPPING: this statement, not a copy of it). `{audience}` is the
+-- broadcast's segment filter over `s` (audience/segment_filter.py: placeholders only; `true`
+-- without one), so a segment narrows the same one set-based pass.
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
        '<sd.' || %(b)s::bigint || '.' || s.id || '.' || %(token)s::text || '@'
@@ -102,6 +105,7 @@ WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
                  AND m.subscriber_id > %(after)s AND m.subscriber_id <= %(hi)s
                  AND m.status = 'confirmed' AND m.created_at <= %(since)s)
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
+  AND {audience}
 
 -- name: advance_enqueue
 -- Invariant 7: the cursor moves in the chunk's transaction, with its jobs.
@@ -121,7 +125,8 @@ UPDATE broadcasts SET total = total + %(n)s WHERE id = %(b)s RETURNING status
 
 -- name: anyone_left
 -- Is anyone left to send to past the cursor? (Only asked when the first chunk found nobody:
--- a campaign with nobody to send to is refused rather than finished empty.)
+-- a campaign with nobody to send to is refused rather than finished empty.) Narrowed by the
+-- same `{audience}` as enqueue.
 SELECT EXISTS (
     SELECT 1 FROM subscribers s
     WHERE s.id > %(after)s AND s.id <= %(last)s AND s.status = 'active'
@@ -129,6 +134,7 @@ SELECT EXISTS (
                    WHERE m.list_id = ANY(%(lists)s::bigint[]) AND m.subscriber_id > %(after)s
                      AND m.status = 'confirmed' AND m.created_at <= now())
       AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
+      AND {audience}
 ) AS found
 
 -- name: analyze_jobs

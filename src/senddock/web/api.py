@@ -292,6 +292,8 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
         html_body=body.html_body,
         reply_to=body.reply_to,
         send_at=body.send_at,
+        segment=body.segment,
+        audience_filter=body.filter,
     )
     return _status(conn, cid)
 

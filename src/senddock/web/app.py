@@ -55,6 +55,7 @@ from senddock.web import (
     headers,
     login_limits,
     metrics,
+    segments_api,
     sessions,
     subscribe,
     webhooks,
@@ -344,6 +345,7 @@ def create_app(
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
     app.include_router(metrics.router)
     app.include_router(api.router)
+    app.include_router(segments_api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))
     app.include_router(subscribe.router)  # POST /subscribe, the public sign-up form

@@ -288,6 +288,8 @@ class CampaignIn(Strict):
     html_body: Body | None = None
     reply_to: Body | None = None
     send_at: datetime | None = Field(default=None, description="ISO 8601 with a time zone")
+    segment: Name | None = Field(default=None, description="A saved segment narrowing the lists")
+    filter: Body | None = Field(default=None, description="Or a filter of its own (segments)")
 
 
 class Preview(BaseModel):

@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from senddock import campaigns
 from senddock.audience.lists import all_lists
+from senddock.audience.segments import all_segments as saved_segments
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
@@ -63,6 +64,7 @@ def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, An
 def new_campaign_form(request: Request) -> Response:
     with db(request) as conn:
         lists = all_lists(conn)
+        saved = saved_segments(conn)
     form = {
         "name": "",
         "lists": [],
@@ -70,9 +72,17 @@ def new_campaign_form(request: Request) -> Response:
         "from_addr": "",
         "text_body": "",
         "html_body": "",
+        "segment": "",
+        "filter": "",
     }
     return render(
-        request, "campaign_new.html", title="New campaign", lists=lists, form=form, error=""
+        request,
+        "campaign_new.html",
+        title="New campaign",
+        lists=lists,
+        form=form,
+        error="",
+        segments=saved,
     )
 
 
@@ -85,6 +95,8 @@ def create_campaign(
     from_addr: Annotated[str, Form()] = "",
     text_body: Annotated[str, Form()] = "",
     html_body: Annotated[str, Form()] = "",
+    segment: Annotated[str, Form()] = "",
+    audience_filter: Annotated[str, Form(alias="filter")] = "",
 ) -> Response:
     form: dict[str, Any] = {
         "name": name.strip(),
@@ -93,6 +105,8 @@ def create_campaign(
         "from_addr": from_addr.strip(),
         "text_body": text_body.replace("\r\n", "\n"),
         "html_body": html_body.replace("\r\n", "\n"),
+        "segment": segment.strip(),
+        "filter": audience_filter.strip(),
     }
     error = _missing(form)
     with db(request) as conn:
@@ -106,6 +120,8 @@ def create_campaign(
                     from_addr=form["from_addr"],
                     text_body=form["text_body"] or None,
                     html_body=form["html_body"] or None,
+                    segment=form["segment"] or None,
+                    audience_filter=form["filter"] or None,
                 )
             except SendDockError as exc:
                 error = exc.message
@@ -113,6 +129,7 @@ def create_campaign(
                 flash(request, f"Campaign “{form['name']}” saved as a draft. Send it when ready.")
                 return redirect(f"/campaigns/{cid}")
         lists_ = all_lists(conn)
+        saved = saved_segments(conn)
     return render(
         request,
         "campaign_new.html",
@@ -121,6 +138,7 @@ def create_campaign(
         lists=lists_,
         form=form,
         error=error,
+        segments=saved,
     )
 
 

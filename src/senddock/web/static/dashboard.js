@@ -130,4 +130,48 @@
     var message = event.target.getAttribute("data-confirm");
     if (message && !window.confirm(message)) event.preventDefault();
   });
+
+  // The campaign form's audience count (segments): who would receive it now, asked of
+  // /api/v1/segments/count as the lists, segment or filter change; the latest answer wins.
+  var audience = document.getElementById("audience");
+  if (audience && window.fetch && window.URLSearchParams) {
+    var form = audience.closest("form");
+    var out = document.getElementById("audience-count");
+    var asked = 0;
+    var timer = null;
+    var countNow = function () {
+      var params = new URLSearchParams();
+      form.querySelectorAll('input[name="lists"]:checked').forEach(function (box) {
+        params.append("list", box.value);
+      });
+      var select = form.querySelector('select[name="segment"]');
+      var chosen = select.options[select.selectedIndex];
+      var own = form.querySelector('input[name="filter"]').value.trim();
+      var text = own || (chosen && chosen.getAttribute("data-filter")) || "";
+      if (text) params.set("filter", text);
+      if (!params.has("list")) {
+        out.textContent = "Choose a list to see how many will receive it.";
+        return;
+      }
+      var mine = ++asked;
+      fetch(audience.getAttribute("data-count-url") + "?" + params.toString(), {
+        credentials: "same-origin", headers: { Accept: "application/json" },
+      }).then(function (r) {
+        return r.json().then(function (body) { return { ok: r.ok, body: body }; });
+      }).then(function (answer) {
+        if (mine !== asked) return;
+        var n = answer.body.count;
+        out.textContent = answer.ok
+          ? n + (n === 1 ? " subscriber" : " subscribers") + " would receive it now."
+          : answer.body.error.message;
+        out.setAttribute("data-state", answer.ok ? "ok" : "error");
+      }).catch(function () {
+        if (mine === asked) out.textContent = "Could not count the audience.";
+      });
+    };
+    var later = function () { clearTimeout(timer); timer = setTimeout(countNow, 250); };
+    form.addEventListener("input", later);
+    form.addEventListener("change", later);
+    countNow();
+  }
 })();
