@@ -17,6 +17,7 @@ import psycopg
 
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
+from senddock.campaigns.layouts import checked_bodies
 from senddock.campaigns.template_check import check_names
 from senddock.db import sql
 from senddock.errors import Conflict, NotFound
@@ -51,19 +52,24 @@ def create_campaign(
     html_body: str | None = None,
     reply_to: str | None = None,
     send_at: datetime | None = None,
+    layout: str | None = None,
+    markdown_body: str | None = None,
 ) -> int:
     """Check everything that could fail mid-broadcast now, then store a draft; its id.
 
     Without a text body, the text part is derived from the HTML. With `send_at` (time zone
     required) the scheduler enqueues it then. Several lists: each address gets one message.
+    `layout` names the layout (the default one when None, none for "none"); a Markdown body
+    stands for the HTML one (campaigns/layouts.py, messages/layout.py).
     """
     if send_at is not None and send_at.tzinfo is None:
         raise CampaignError(
             "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
         )
     check_header("campaign name", name, field="name")
-    # TemplateProblem / HeaderError, with the part and line.
-    compile_message(subject, from_addr, text_body, html_body, reply_to=reply_to)
+    # TemplateProblem / HeaderError, with the part and line; then with its layout.
+    chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
+    compile_message(subject, from_addr, chosen.text, chosen.html, reply_to=reply_to)
     normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
     if reply_to:
         normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
@@ -72,10 +78,14 @@ def create_campaign(
         raise CampaignError("a campaign needs at least one list", field="lists")
     list_ids = [find_list(conn, n) for n in names]  # UnknownList
     # A misspelt name would render empty for everyone: TemplateProblem with part and line.
-    check_names(conn, list_ids, subject, text_body, html_body)
+    check_names(conn, list_ids, subject, chosen.text, chosen.html)
     with conn.transaction():
         cid = _insert(
-            conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
+            conn, name, list_ids, subject, from_addr, reply_to, chosen.text_body, html_body, send_at
+        )
+        conn.execute(
+            QUERIES["set_layout"],
+            {"id": cid, "layout": chosen.layout_id, "markdown": markdown_body or None},
         )
     return cid
 

@@ -50,6 +50,7 @@ from senddock.web import (
     errors,
     guard,
     headers,
+    layouts_api,
     login_limits,
     metrics,
     sessions,
@@ -317,6 +318,7 @@ def create_app(
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
     app.include_router(metrics.router)
     app.include_router(api.router)
+    app.include_router(layouts_api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))
     docs.install(app)

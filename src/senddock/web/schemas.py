@@ -277,6 +277,8 @@ class CampaignIn(Strict):
     html_body: Body | None = None
     reply_to: Body | None = None
     send_at: datetime | None = Field(default=None, description="ISO 8601 with a time zone")
+    markdown_body: Body | None = Field(default=None, description="Instead of html_body")
+    layout: Name | None = Field(default=None, description='A layout name; "none": no layout')
 
 
 class Preview(BaseModel):
