@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 
-from senddock.campaigns.template_check import check_names
+from senddock.campaigns.template_check import _sample, check_names
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
-from senddock.messages import check_header, compile_message, html_to_text
+from senddock.messages import Links, check_header, compile_message, html_to_text
 from senddock.messages.layout import Layout, bodies, check_markdown_syntax, has_slot
 from senddock.messages.render import MAX_BODY, TemplateProblem
 
@@ -250,3 +250,35 @@ def checked_bodies(
         return Chosen(text, html, None, text_body)
     text, html = bodies(row.layout, text_body, html_body, markdown_body)
     return Chosen(text, html, row.id, text_body)
+
+
+@dataclass(frozen=True)
+class DraftPreview:
+    """A draft's message for one sample subscriber, rendered now (nothing is stored)."""
+
+    subject: str
+    text: str
+    html: str | None
+    recipient: str
+
+
+def preview_draft(
+    conn: Conn,
+    links: Links,
+    *,
+    list_names: list[str],
+    subject: str,
+    from_addr: str,
+    text_body: str | None,
+    html_body: str | None,
+    markdown_body: str | None,
+    layout: str | None,
+) -> DraftPreview:
+    """What a campaign of these fields would send to the first subscriber of its lists (a
+    sample subscriber when there is none): the same checks and errors as create."""
+    chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
+    message = compile_message(subject, from_addr, chosen.text, chosen.html, links=links)
+    ids = [r["id"] for r in conn.execute(QUERIES["lists_named"], {"names": list_names})]
+    rcpt = _sample(conn, ids)[0]
+    subject_out, text, html = message.parts(rcpt)
+    return DraftPreview(subject_out, text, html, rcpt.email)

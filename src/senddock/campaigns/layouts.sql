@@ -52,3 +52,8 @@ UPDATE layouts SET is_default = true, updated_at = now() WHERE id = %(id)s
 -- name: delete
 -- Only a layout no campaign names (the foreign key restricts it too; the module says why first).
 DELETE FROM layouts WHERE id = %(id)s
+
+-- name: lists_named
+-- The ids of the lists a draft's form names (unknown names are skipped: a preview only picks
+-- its sample subscriber from them; create refuses them).
+SELECT id FROM lists WHERE name = ANY(%(names)s::text[])

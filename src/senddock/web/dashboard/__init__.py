@@ -5,12 +5,20 @@
 
 from fastapi import APIRouter
 
-from senddock.web.dashboard import audience_pages, campaign_pages, live, login, workers_page
+from senddock.web.dashboard import (
+    audience_pages,
+    campaign_pages,
+    layout_pages,
+    live,
+    login,
+    workers_page,
+)
 
 router = APIRouter(include_in_schema=False)
 for part in (
     login.public,
     login.private,
+    layout_pages.router,
     campaign_pages.router,
     audience_pages.router,
     live.router,

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from senddock import campaigns
 from senddock.audience.lists import all_lists
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
+from senddock.campaigns.layouts import list_layouts
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
 from senddock.errors import NotFound, SendDockError
@@ -63,6 +64,7 @@ def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, An
 def new_campaign_form(request: Request) -> Response:
     with db(request) as conn:
         lists = all_lists(conn)
+        layout_rows = list_layouts(conn)
     form = {
         "name": "",
         "lists": [],
@@ -70,9 +72,17 @@ def new_campaign_form(request: Request) -> Response:
         "from_addr": "",
         "text_body": "",
         "html_body": "",
+        "markdown_body": "",
+        "layout": "",
     }
     return render(
-        request, "campaign_new.html", title="New campaign", lists=lists, form=form, error=""
+        request,
+        "campaign_new.html",
+        title="New campaign",
+        lists=lists,
+        layouts=layout_rows,
+        form=form,
+        error="",
     )
 
 
@@ -85,8 +95,12 @@ def create_campaign(
     from_addr: Annotated[str, Form()] = "",
     text_body: Annotated[str, Form()] = "",
     html_body: Annotated[str, Form()] = "",
+    markdown_body: Annotated[str, Form()] = "",
+    layout: Annotated[str, Form()] = "",
 ) -> Response:
     form: dict[str, Any] = {
+        "markdown_body": markdown_body.replace("\r\n", "\n"),
+        "layout": layout,
         "name": name.strip(),
         "lists": [n for n in (lists or []) if n],
         "subject": subject,
@@ -106,6 +120,8 @@ def create_campaign(
                     from_addr=form["from_addr"],
                     text_body=form["text_body"] or None,
                     html_body=form["html_body"] or None,
+                    markdown_body=form["markdown_body"] or None,
+                    layout=form["layout"] or None,
                 )
             except SendDockError as exc:
                 error = exc.message
@@ -113,12 +129,14 @@ def create_campaign(
                 flash(request, f"Campaign “{form['name']}” saved as a draft. Send it when ready.")
                 return redirect(f"/campaigns/{cid}")
         lists_ = all_lists(conn)
+        layout_rows = list_layouts(conn)
     return render(
         request,
         "campaign_new.html",
         422,
         title="New campaign",
         lists=lists_,
+        layouts=layout_rows,
         form=form,
         error=error,
     )
@@ -133,8 +151,8 @@ def _missing(form: dict[str, Any]) -> str:
         return "Give one From address, not several."
     if not form["lists"]:
         return "Choose at least one list."
-    if not form["text_body"].strip() and not form["html_body"].strip():
-        return "The campaign needs a text body, an HTML body or both."
+    if not any(form[f].strip() for f in ("text_body", "html_body", "markdown_body")):
+        return "The campaign needs a text body, an HTML body or a Markdown body."
     return ""
 
 
