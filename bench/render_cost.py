@@ -79,8 +79,12 @@ def main() -> None:
         )
         compile_us[name] = (time.perf_counter() - started) * 1e6
     per: dict[str, list[float]] = {name: [] for name in CASES}
-    for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits every case
-        for name, message in compiled.items():
+    names = list(compiled)
+    for round_no in range(
+        args.rounds
+    ):  # interleaved and rotated: drift on a shared machine hits all
+        for name in names[round_no % len(names) :] + names[: round_no % len(names)]:
+            message = compiled[name]
             started = time.perf_counter()
             for p in people:
                 message.render(p, "<m@example.org>")
