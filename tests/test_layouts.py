@@ -240,3 +240,17 @@ def test_layouts_api_crud_default_and_409_for_a_layout_in_use(
         assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "layout"
         free = http.post("/api/v1/layouts", json={"name": "frei", "html_body": HTML}).json()
         assert http.delete(f"/api/v1/layouts/{free['id']}").status_code == 204
+
+
+def test_a_layout_is_not_edited_under_a_broadcast_that_uses_it(conn: Conn) -> None:
+    seed_list(conn, "news", ["zoë@bücher.example"])
+    layouts.add_layout(conn, "Bücher", HTML, default=True)
+    cid = create_campaign(
+        conn, name="c", list_name="news", subject="s", from_addr="n@example.org",
+        text_body="Hallo {{ subscriber.name }}",
+    )  # fmt: skip
+    broadcast(conn, cid)  # sending: its workers compile the layout as it is now
+    with pytest.raises(layouts.LayoutInUse, match=f"campaign {cid}"):
+        layouts.edit_layout(conn, "Bücher", html_body="<b>neu</b>{{ content }}")
+    assert layouts.get_layout(conn, "Bücher").html_body == HTML
+    assert layouts.edit_layout(conn, "Bücher", name="Post").name == "Post"  # a name is harmless
