@@ -16,6 +16,7 @@ from playwright.sync_api import sync_playwright
 from senddock.web import auth
 from support import Conn, seed_list
 from test_browser import EMAIL, PASSWORD, chromium_path  # noqa: F401  (a fixture)
+from test_layouts import empty_layouts
 from web_support import Server, start_server
 
 LAYOUT = (
@@ -31,13 +32,14 @@ MARKDOWN = (
 @pytest.fixture
 def server(db_url: str, conn: Conn) -> Iterator[Server]:
     auth.create_admin(conn, EMAIL, PASSWORD)
-    conn.execute("TRUNCATE layouts RESTART IDENTITY CASCADE")
+    empty_layouts(db_url)
     seed_list(conn, "bücher", ["zoë@bücher.example"])
     conn.execute("UPDATE subscribers SET name = 'Zoë <b>x</b>'")
     srv = start_server(db_url, "smtp://127.0.0.1:9?tls=none", workers=False)
     yield srv
     srv.stop()
     print(srv.text())
+    empty_layouts(db_url)  # a default layout left behind would wrap later tests' campaigns
 
 
 def test_live_preview_renders_markdown_in_the_default_layout_in_a_sandboxed_frame(

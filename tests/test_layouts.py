@@ -38,11 +38,18 @@ HTML = (
 TEXT = "BÜCHERPOST\n{{ content }}\n-- unsubscribe: {{ unsubscribe_url }}\n"
 
 
-@pytest.fixture(autouse=True)
-def no_layouts(db_url: str) -> None:
-    """Layouts are emptied with the rest (conftest's list predates them)."""
+def empty_layouts(db_url: str) -> None:
     with connect(db_url) as c:
         c.execute("TRUNCATE layouts RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture(autouse=True)
+def no_layouts(db_url: str) -> Iterator[None]:
+    """No layout before or after each test (conftest's TRUNCATE list predates them): a default
+    layout left behind would wrap every later test's campaigns."""
+    empty_layouts(db_url)
+    yield
+    empty_layouts(db_url)
 
 
 @pytest.fixture
