@@ -27,6 +27,7 @@ import psycopg
 from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
+from senddock import layout_cli as layout_commands
 from senddock.audience import cells, optin, signup, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
@@ -294,6 +295,8 @@ def campaign() -> None:
 @click.option("--from", "from_addr", required=True, help='e.g. "Ada <news@example.org>"')
 @click.option("--text-file", type=click.Path(), help="Text body (derived from the HTML if unset).")
 @click.option("--html-file", type=click.Path(), help="HTML body.")
+@click.option("--markdown-file", type=click.Path(), help="Markdown body (instead of HTML).")
+@click.option("--layout", help='Layout name (default: the default layout; "none": no layout).')
 @click.option("--reply-to", help='Reply-To address, e.g. "Ada <ada@example.org>".')
 @click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
 @click.option("--segment", help="A saved segment narrowing the lists (senddock segment add).")
@@ -305,16 +308,19 @@ def create_cmd(
     from_addr: str,
     text_file: str | None,
     html_file: str | None,
+    markdown_file: str | None,
+    layout: str | None,
     reply_to: str | None,
     send_at: str | None,
     segment: str | None,
     audience_filter: str | None,
 ) -> None:
     """Create a draft campaign; prints its id alone."""
-    if text_file is None and html_file is None:
-        raise click.UsageError("give --text-file, --html-file or both")
+    if text_file is None and html_file is None and markdown_file is None:
+        raise click.UsageError("give --text-file, --html-file or --markdown-file")
     text = _read(text_file, "text file")
     html = _read(html_file, "html file")
+    markdown = _read(markdown_file, "markdown file")
     when = _send_at(send_at)
     with db() as conn:
         campaigns.refuse_past(conn, when)
@@ -330,8 +336,13 @@ def create_cmd(
             send_at=when,
             segment=segment,
             audience_filter=audience_filter,
+            layout=layout,
+            markdown_body=markdown,
         )
     click.echo(cid)
+
+
+cli.add_command(layout_commands.layout)
 
 
 @campaign.command("send", epilog=epilog(*DB))

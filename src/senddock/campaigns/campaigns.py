@@ -19,6 +19,7 @@ from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.audience.segment_filter import check as check_filter
 from senddock.audience.segments import find as find_segment
+from senddock.campaigns.layouts import checked_bodies
 from senddock.campaigns.template_check import check_names
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
@@ -55,12 +56,16 @@ def create_campaign(
     send_at: datetime | None = None,
     segment: str | None = None,
     audience_filter: str | None = None,
+    layout: str | None = None,
+    markdown_body: str | None = None,
 ) -> int:
     """Check everything that could fail mid-broadcast now, then store a draft; its id.
 
     Without a text body, the text part is derived from the HTML. With `send_at` (time zone
     required) the scheduler enqueues it then. Several lists: each address gets one message.
     A saved `segment` (by name) or an `audience_filter` of its own narrows the lists.
+    `layout` names the layout (the default one when None, none for "none"); a Markdown body
+    stands for the HTML one (campaigns/layouts.py, messages/layout.py).
     """
     if segment and audience_filter:
         raise Invalid("give a segment or a filter, not both", field="filter")
@@ -71,8 +76,9 @@ def create_campaign(
             "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
         )
     check_header("campaign name", name, field="name")
-    # TemplateProblem / HeaderError, with the part and line.
-    compile_message(subject, from_addr, text_body, html_body, reply_to=reply_to)
+    # TemplateProblem / HeaderError, with the part and line; then with its layout.
+    chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
+    compile_message(subject, from_addr, chosen.text, chosen.html, reply_to=reply_to)
     normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
     if reply_to:
         normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
@@ -81,10 +87,14 @@ def create_campaign(
         raise CampaignError("a campaign needs at least one list", field="lists")
     list_ids = [find_list(conn, n) for n in names]  # UnknownList
     # A misspelt name would render empty for everyone: TemplateProblem with part and line.
-    check_names(conn, list_ids, subject, text_body, html_body)
+    check_names(conn, list_ids, subject, chosen.text, chosen.html)
     with conn.transaction():
         cid = _insert(
-            conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
+            conn, name, list_ids, subject, from_addr, reply_to, chosen.text_body, html_body, send_at
+        )
+        conn.execute(
+            QUERIES["set_layout"],
+            {"id": cid, "layout": chosen.layout_id, "markdown": markdown_body or None},
         )
         if segment_id is not None or own_filter is not None:
             conn.execute(

@@ -16,6 +16,10 @@ INSERT INTO campaign_lists (campaign_id, list_id) SELECT %s, unnest(%s::bigint[]
 -- migration 0021), in the draft's own transaction.
 UPDATE campaigns SET segment_id = %(segment)s, audience_filter = %(filter)s WHERE id = %(c)s
 
+-- name: set_layout
+-- A new draft's layout and Markdown body (migration 0020), in the draft's own transaction.
+UPDATE campaigns SET layout_id = %(layout)s, markdown_body = %(markdown)s WHERE id = %(id)s
+
 -- name: snapshot
 -- Invariant 8: the status and the counts are read in one snapshot, so they agree with each
 -- other (a commit between the two reads would show a job twice or not at all).

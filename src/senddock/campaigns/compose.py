@@ -27,6 +27,7 @@ from senddock.messages import (
     TemplateProblem,
     compile_message,
 )
+from senddock.messages.layout import Layout, bodies
 
 QUERIES = sql.load(__package__, "compose.sql")
 
@@ -59,15 +60,22 @@ def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[Comp
         campaign_id=int(row["id"]),
         mailto=settings.unsubscribe_mailto or envelope_from,
     )
+    text, html = message_bodies(row)
     message = compile_message(
         row["subject"],
         row["from_addr"],
-        row["text_body"],
-        row["html_body"],
+        text,
+        html,
         reply_to=row["reply_to"],
         links=links,
     )
     return message, envelope_from
+
+
+def message_bodies(row: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(text, HTML) templates of a campaign row: its body (Markdown made HTML) in its layout."""
+    layout = Layout(row["layout_html"], row["layout_text"]) if row.get("layout_html") else None
+    return bodies(layout, row["text_body"], row["html_body"], row.get("markdown_body"))
 
 
 def for_campaign(

@@ -7,13 +7,18 @@
 SELECT value FROM app_secrets WHERE name = 'link_key'
 
 -- name: message_of_campaign
--- A campaign's message fields, for a preview or a test send.
-SELECT id, subject, from_addr, reply_to, text_body, html_body FROM campaigns WHERE id = %(id)s
+-- A campaign's message fields and its layout's templates, for a preview or a test send.
+SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.markdown_body,
+       l.html_body AS layout_html, l.text_body AS layout_text
+FROM campaigns c LEFT JOIN layouts l ON l.id = c.layout_id WHERE c.id = %(id)s
 
 -- name: message_of_broadcast
--- The message fields of a broadcast's campaign, for the worker (compiled once per broadcast).
-SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body
-FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id WHERE b.id = %(id)s
+-- The message fields of a broadcast's campaign and its layout's templates, for the worker
+-- (compiled once per broadcast; a layout is not edited while its broadcast is under way).
+SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.markdown_body,
+       l.html_body AS layout_html, l.text_body AS layout_text
+FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+LEFT JOIN layouts l ON l.id = c.layout_id WHERE b.id = %(id)s
 
 -- name: subscriber
 -- The subscriber with an address (case-insensitive: one subscriber per address), if any.

@@ -277,8 +277,8 @@ def list_campaigns(
 @router.post("/campaigns", tags=["campaigns"], response_model=s.CampaignStatus, status_code=201)
 def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
     """A draft campaign; templates and headers are checked now (422 naming the field)."""
-    if not body.text_body and not body.html_body:
-        raise Invalid("give text_body, html_body or both", field="text_body")
+    if not body.text_body and not body.html_body and not body.markdown_body:
+        raise Invalid("give text_body, html_body or markdown_body", field="text_body")
     if body.send_at is not None and body.send_at.tzinfo is None:
         raise Invalid("send_at needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at")
     _refuse_past(conn, body.send_at, "send_at")
@@ -294,6 +294,8 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
         send_at=body.send_at,
         segment=body.segment,
         audience_filter=body.filter,
+        layout=body.layout,
+        markdown_body=body.markdown_body,
     )
     return _status(conn, cid)
 

@@ -53,6 +53,7 @@ from senddock.web import (
     errors,
     guard,
     headers,
+    layouts_api,
     login_limits,
     metrics,
     segments_api,
@@ -346,6 +347,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(api.router)
     app.include_router(segments_api.router)
+    app.include_router(layouts_api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))
     app.include_router(subscribe.router)  # POST /subscribe, the public sign-up form

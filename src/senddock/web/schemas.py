@@ -290,6 +290,8 @@ class CampaignIn(Strict):
     send_at: datetime | None = Field(default=None, description="ISO 8601 with a time zone")
     segment: Name | None = Field(default=None, description="A saved segment narrowing the lists")
     filter: Body | None = Field(default=None, description="Or a filter of its own (segments)")
+    markdown_body: Body | None = Field(default=None, description="Instead of html_body")
+    layout: Name | None = Field(default=None, description='A layout name; "none": no layout')
 
 
 class Preview(BaseModel):

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from senddock.web.dashboard import (
     audience_pages,
     campaign_pages,
+    layout_pages,
     list_pages,
     live,
     login,
@@ -20,6 +21,7 @@ router = APIRouter(include_in_schema=False)
 for part in (
     login.public,
     login.private,
+    layout_pages.router,
     campaign_pages.router,
     subscriber_pages.router,
     list_pages.router,

@@ -14,6 +14,7 @@ from senddock import campaigns
 from senddock.audience.lists import all_lists
 from senddock.audience.segments import all_segments as saved_segments
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
+from senddock.campaigns.layouts import list_layouts
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
 from senddock.errors import NotFound, SendDockError
@@ -65,6 +66,7 @@ def new_campaign_form(request: Request) -> Response:
     with db(request) as conn:
         lists = all_lists(conn)
         saved = saved_segments(conn)
+        layout_rows = list_layouts(conn)
     form = {
         "name": "",
         "lists": [],
@@ -74,12 +76,15 @@ def new_campaign_form(request: Request) -> Response:
         "html_body": "",
         "segment": "",
         "filter": "",
+        "markdown_body": "",
+        "layout": "",
     }
     return render(
         request,
         "campaign_new.html",
         title="New campaign",
         lists=lists,
+        layouts=layout_rows,
         form=form,
         error="",
         segments=saved,
@@ -97,8 +102,12 @@ def create_campaign(
     html_body: Annotated[str, Form()] = "",
     segment: Annotated[str, Form()] = "",
     audience_filter: Annotated[str, Form(alias="filter")] = "",
+    markdown_body: Annotated[str, Form()] = "",
+    layout: Annotated[str, Form()] = "",
 ) -> Response:
     form: dict[str, Any] = {
+        "markdown_body": markdown_body.replace("\r\n", "\n"),
+        "layout": layout,
         "name": name.strip(),
         "lists": [n for n in (lists or []) if n],
         "subject": subject,
@@ -122,6 +131,8 @@ def create_campaign(
                     html_body=form["html_body"] or None,
                     segment=form["segment"] or None,
                     audience_filter=form["filter"] or None,
+                    markdown_body=form["markdown_body"] or None,
+                    layout=form["layout"] or None,
                 )
             except SendDockError as exc:
                 error = exc.message
@@ -130,12 +141,14 @@ def create_campaign(
                 return redirect(f"/campaigns/{cid}")
         lists_ = all_lists(conn)
         saved = saved_segments(conn)
+        layout_rows = list_layouts(conn)
     return render(
         request,
         "campaign_new.html",
         422,
         title="New campaign",
         lists=lists_,
+        layouts=layout_rows,
         form=form,
         error=error,
         segments=saved,
@@ -151,8 +164,8 @@ def _missing(form: dict[str, Any]) -> str:
         return "Give one From address, not several."
     if not form["lists"]:
         return "Choose at least one list."
-    if not form["text_body"].strip() and not form["html_body"].strip():
-        return "The campaign needs a text body, an HTML body or both."
+    if not any(form[f].strip() for f in ("text_body", "html_body", "markdown_body")):
+        return "The campaign needs a text body, an HTML body or a Markdown body."
     return ""
 
 
