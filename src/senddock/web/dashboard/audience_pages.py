@@ -50,7 +50,7 @@ def subscriber_list(
     )
 
 
-def _lists(request: Request) -> list[dict[str, Any]]:
+def lists_with_forms(request: Request) -> list[dict[str, Any]]:
     """Every list, a public one with its copy-paste sign-up form (audience/signup.py)."""
     with db(request) as conn:
         rows = all_lists(conn)
@@ -63,7 +63,7 @@ def _lists(request: Request) -> list[dict[str, Any]]:
 
 @router.get("/lists")
 def list_page(request: Request) -> Response:
-    return render(request, "lists.html", title="Lists", lists=_lists(request), error="")
+    return render(request, "lists.html", title="Lists", lists=lists_with_forms(request), error="")
 
 
 def _save(upload: UploadFile) -> Path:
@@ -86,7 +86,7 @@ async def start_import(
     elif file is None or not file.filename:
         error = "Choose a CSV file to import."
     if error or file is None:
-        lists = await run_in_threadpool(_lists, request)
+        lists = await run_in_threadpool(lists_with_forms, request)
         return render(request, "lists.html", 422, title="Lists", lists=lists, error=error)
     path = await run_in_threadpool(_save, file)
     job = await run_in_threadpool(imports.start_import, request.app.state, name, path)

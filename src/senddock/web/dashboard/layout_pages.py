@@ -95,13 +95,13 @@ def _edit_page(request: Request, conn: Conn, layout_id: int, error: str = "") ->
     return render(request, "layout_edit.html", status, title=row.name, layout=row, error=error)
 
 
-@router.get("/layouts/{layout_id}")
+@router.get("/layouts/{layout_id:int}")
 def layout_edit_form(request: Request, layout_id: int) -> Response:
     with db(request) as conn:
         return _edit_page(request, conn, layout_id)
 
 
-@router.post("/layouts/{layout_id}")
+@router.post("/layouts/{layout_id:int}")
 def layout_save(request: Request, layout_id: int, form: Annotated[LayoutForm, Form()]) -> Response:
     with db(request) as conn:
         try:
@@ -116,7 +116,7 @@ def layout_save(request: Request, layout_id: int, form: Annotated[LayoutForm, Fo
     return redirect("/layouts")
 
 
-@router.post("/layouts/{layout_id}/delete")
+@router.post("/layouts/{layout_id:int}/delete")
 def layout_delete(request: Request, layout_id: int) -> Response:
     with db(request) as conn:
         try:

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from senddock.audience import lists
 from senddock.errors import SendDockError
+from senddock.web.dashboard.audience_pages import lists_with_forms
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import db, flash, redirect, render
 
@@ -53,7 +54,7 @@ def create_list(request: Request, form: Posted) -> Response:
                 "lists.html",
                 exc.status,
                 title="Lists",
-                lists=lists.all_lists(conn),
+                lists=lists_with_forms(request),
                 error="",
                 new=form,
                 new_error=exc.message,
@@ -62,7 +63,7 @@ def create_list(request: Request, form: Posted) -> Response:
     return redirect(f"/lists/{list_id}")
 
 
-@router.get("/lists/{list_id}")
+@router.get("/lists/{list_id:int}")
 def list_page(request: Request, list_id: int) -> Response:
     with db(request) as conn:
         found = lists.get_list(conn, list_id)  # UnknownListId: the error page, 404
@@ -74,7 +75,7 @@ def list_page(request: Request, list_id: int) -> Response:
     return render(request, "list.html", title=found["name"], l=found, form=form, error="")
 
 
-@router.post("/lists/{list_id}")
+@router.post("/lists/{list_id:int}")
 def edit_list(request: Request, list_id: int, form: Posted) -> Response:
     with db(request) as conn:
         found = lists.get_list(conn, list_id)

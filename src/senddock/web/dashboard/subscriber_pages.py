@@ -135,14 +135,14 @@ def _page(
     )
 
 
-@router.get("/subscribers/{subscriber_id}")
+@router.get("/subscribers/{subscriber_id:int}")
 def subscriber_page(
     request: Request, subscriber_id: int, hpage: str = "1", bpage: str = "1"
 ) -> Response:
     return _page(request, subscriber_id, hpage, bpage)
 
 
-@router.post("/subscribers/{subscriber_id}")
+@router.post("/subscribers/{subscriber_id:int}")
 def edit_subscriber(
     request: Request,
     subscriber_id: int,
@@ -182,7 +182,7 @@ def _membership(
     return redirect(f"/subscribers/{subscriber_id}")
 
 
-@router.post("/subscribers/{subscriber_id}/join")
+@router.post("/subscribers/{subscriber_id:int}/join")
 def join_list(
     request: Request, subscriber_id: int, list_name: Annotated[str, Form()] = ""
 ) -> Response:
@@ -196,7 +196,7 @@ def join_list(
     return _membership(request, subscriber_id, join)
 
 
-@router.post("/subscribers/{subscriber_id}/leave")
+@router.post("/subscribers/{subscriber_id:int}/leave")
 def leave_list(
     request: Request, subscriber_id: int, list_name: Annotated[str, Form()] = ""
 ) -> Response:
