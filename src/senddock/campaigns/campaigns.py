@@ -61,23 +61,43 @@ def create_campaign(
         raise CampaignError(
             "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
         )
+    list_ids = lists_of(conn, list_name)
+    check_fields(conn, name, list_ids, subject, from_addr, text_body, html_body, reply_to)
+    with conn.transaction():
+        cid = _insert(
+            conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
+        )
+    return cid
+
+
+def lists_of(conn: psycopg.Connection[dict[str, Any]], list_name: str | Sequence[str]) -> list[int]:
+    """The ids of the lists named (UnknownList for one that does not exist; at least one)."""
+    names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
+    if not names:
+        raise CampaignError("a campaign needs at least one list", field="lists")
+    return [find_list(conn, n) for n in names]  # UnknownList
+
+
+def check_fields(
+    conn: psycopg.Connection[dict[str, Any]],
+    name: str,
+    list_ids: Sequence[int],
+    subject: str,
+    from_addr: str,
+    text_body: str | None,
+    html_body: str | None,
+    reply_to: str | None,
+) -> None:
+    """Every check a campaign's fields pass before they are stored (create and edit alike),
+    each failure one line naming its field."""
     check_header("campaign name", name, field="name")
     # TemplateProblem / HeaderError, with the part and line.
     compile_message(subject, from_addr, text_body, html_body, reply_to=reply_to)
     normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
     if reply_to:
         normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
-    names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
-    if not names:
-        raise CampaignError("a campaign needs at least one list", field="lists")
-    list_ids = [find_list(conn, n) for n in names]  # UnknownList
     # A misspelt name would render empty for everyone: TemplateProblem with part and line.
     check_names(conn, list_ids, subject, text_body, html_body)
-    with conn.transaction():
-        cid = _insert(
-            conn, name, list_ids, subject, from_addr, reply_to, text_body, html_body, send_at
-        )
-    return cid
 
 
 def _insert(
