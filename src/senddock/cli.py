@@ -27,7 +27,7 @@ import psycopg
 from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
-from senddock.audience import cells, optin, suppressions
+from senddock.audience import addresses, cells, optin, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
@@ -82,6 +82,7 @@ def settings() -> Settings:
             ReturnPath.parse(s.bounce_domain)
     except (ValidationError, ValueError) as exc:
         raise Fail(f"bad configuration: {exc}") from exc
+    addresses.configure(s.allow_reserved_domains)
     return s
 
 
