@@ -52,11 +52,17 @@ class Changes:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
 
+def current(conn: Conn, campaign_id: int) -> dict[str, Any] | None:
+    """A campaign's editable fields (bodies included) and list ids as stored; None if there
+    is no such campaign."""
+    return conn.execute(QUERIES["fields"], {"c": campaign_id}).fetchone()
+
+
 def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, dict[str, Any]]:
     c = queue.lock_campaign(conn, campaign_id)
     if c is None:
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
-    row = conn.execute(QUERIES["fields"], {"c": campaign_id}).fetchone()
+    row = current(conn, campaign_id)
     assert row is not None  # locked just now
     return c, row
 
