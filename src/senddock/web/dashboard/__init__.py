@@ -5,13 +5,21 @@
 
 from fastapi import APIRouter
 
-from senddock.web.dashboard import audience_pages, campaign_pages, live, login, workers_page
+from senddock.web.dashboard import (
+    audience_pages,
+    campaign_edit,
+    campaign_pages,
+    live,
+    login,
+    workers_page,
+)
 
 router = APIRouter(include_in_schema=False)
 for part in (
     login.public,
     login.private,
     campaign_pages.router,
+    campaign_edit.router,
     audience_pages.router,
     live.router,
     workers_page.router,

@@ -4,9 +4,9 @@ buttons (send, pause, resume, cancel, retry failed). Every change goes through c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Form
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,6 +18,7 @@ from senddock.campaigns.workers import send_warning
 from senddock.errors import NotFound, SendDockError
 from senddock.messages.render import address_count
 from senddock.web import queries
+from senddock.web.dashboard.campaign_edit import CampaignForm, campaign_form, send_time
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Conn, Page, db, flash, not_found, redirect, render
@@ -31,17 +32,18 @@ FILTERS = JOB_STATUSES + FAILURES
 
 
 @router.get("/")
-def campaign_list(request: Request, page: str = "1") -> Response:
+def campaign_list(request: Request, page: str = "1", archived: str = "") -> Response:
     at = Page.of(page)
     with db(request) as conn:
-        rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset)
+        rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset, bool(archived))
     return render(
         request,
         "campaigns.html",
-        title="Campaigns",
+        title="Archived campaigns" if archived else "Campaigns",
         campaigns=rows[: at.size],
         page=at.number,
         more=len(rows) > at.size,
+        archived=bool(archived),
     )
 
 
@@ -63,37 +65,14 @@ def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, An
 def new_campaign_form(request: Request) -> Response:
     with db(request) as conn:
         lists = all_lists(conn)
-    form = {
-        "name": "",
-        "lists": [],
-        "subject": "",
-        "from_addr": "",
-        "text_body": "",
-        "html_body": "",
-    }
+    form = campaign_form(lists=[])
     return render(
         request, "campaign_new.html", title="New campaign", lists=lists, form=form, error=""
     )
 
 
 @router.post("/campaigns")
-def create_campaign(
-    request: Request,
-    name: Annotated[str, Form()] = "",
-    lists: Annotated[list[str] | None, Form()] = None,
-    subject: Annotated[str, Form()] = "",
-    from_addr: Annotated[str, Form()] = "",
-    text_body: Annotated[str, Form()] = "",
-    html_body: Annotated[str, Form()] = "",
-) -> Response:
-    form: dict[str, Any] = {
-        "name": name.strip(),
-        "lists": [n for n in (lists or []) if n],
-        "subject": subject,
-        "from_addr": from_addr.strip(),
-        "text_body": text_body.replace("\r\n", "\n"),
-        "html_body": html_body.replace("\r\n", "\n"),
-    }
+def create_campaign(request: Request, form: CampaignForm) -> Response:
     error = _missing(form)
     with db(request) as conn:
         if not error:
@@ -106,6 +85,8 @@ def create_campaign(
                     from_addr=form["from_addr"],
                     text_body=form["text_body"] or None,
                     html_body=form["html_body"] or None,
+                    reply_to=form["reply_to"] or None,
+                    send_at=send_time(conn, form["send_at"]),
                 )
             except SendDockError as exc:
                 error = exc.message
