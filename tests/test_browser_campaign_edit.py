@@ -126,7 +126,11 @@ def test_a_draft_is_edited_tested_sent_cloned_archived_and_deleted_in_the_browse
         expect(page.locator(".flash.error")).to_contain_text("it is sent")
         expect(page.locator(".flash.error")).to_contain_text("clone it")
         # Its name (nobody receives it) still changes: the rest of the form comes back as
-        # stored, so it changes nothing else.
+        # stored, so it changes nothing else, CRLF line ends (a body given to the CLI) too.
+        conn.execute(
+            "UPDATE campaigns SET text_body = text_body || E'\\r\\nBye\\r\\n' WHERE id = %s",
+            (cid,),
+        )
         page.goto(server.url + f"/campaigns/{cid}/edit")
         page.fill("input[name=name]", "Jüne news (sent)")
         page.get_by_role("button", name="Save draft").click()

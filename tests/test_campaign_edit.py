@@ -96,7 +96,7 @@ def test_an_edited_draft_sends_its_new_fields_to_its_new_lists(
     )
     assert code == 0, err
     assert (
-        out == f"campaign {cid}: changed name, subject, from, reply to, text body, html body, lists"
+        out == f"campaign {cid}: changed name, subject, From, Reply-To, text body, HTML body, lists"
     )
     send_all(db_url, conn, catcher, cid, 3)
     got = received(catcher)

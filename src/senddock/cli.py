@@ -919,8 +919,8 @@ def edit_cmd(
         raise click.UsageError("nothing to change: give --name, --subject, --list, …")
     with db() as conn:
         changed = edits.edit(conn, campaign_id, changes)
-    said = ", ".join("from" if f == "from_addr" else f.replace("_", " ") for f in changed)
-    click.echo(f"campaign {campaign_id}: " + (f"changed {said}" if changed else "nothing changed"))
+    what = f"changed {edits.said(changed)}" if changed else "nothing changed"
+    click.echo(f"campaign {campaign_id}: {what}")
 
 
 @campaign.command("clone", epilog=epilog(*DB))

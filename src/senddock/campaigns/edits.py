@@ -30,6 +30,20 @@ QUERIES = sql.load(__package__, "edits.sql")
 # The fields a campaign cannot be without, as a person calls them.
 REQUIRED = {"name": "name", "subject": "subject", "from_addr": "From"}
 
+# A field as a person calls it, in messages (the others by their own name).
+LABELS = {
+    "from_addr": "From",
+    "reply_to": "Reply-To",
+    "text_body": "text body",
+    "html_body": "HTML body",
+}
+
+
+def said(changed: list[str]) -> str:
+    """The fields `changed`, as a person reads them: `subject, From, lists`."""
+    return ", ".join(LABELS.get(f, f) for f in changed)
+
+
 # The statuses a campaign is done in: it may be archived out of the default list.
 FINISHED = ("sent", "cancelled")
 
@@ -73,7 +87,7 @@ def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
     fixed = [f for f in changed if f != "name"]
     if not fixed:
         return
-    what = ", ".join(fixed)
+    what = said(fixed)
     if c.status != "draft":
         raise CampaignError(
             f"cannot change the {what} of campaign {c.id}: it is {c.status}, and what it"

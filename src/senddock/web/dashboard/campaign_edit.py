@@ -139,8 +139,7 @@ def edit(request: Request, campaign_id: int, form: CampaignForm) -> Response:
             changed = _save(conn, campaign_id, form, before)
         except SendDockError as exc:
             return _page(request, conn, c, form, exc.message, 409 if exc.status == 409 else 422)
-    said = ", ".join(f.replace("_addr", "").replace("_", " ") for f in changed)
-    flash(request, f"Saved: changed {said}." if changed else "Nothing changed.")
+    flash(request, f"Saved: changed {edits.said(changed)}." if changed else "Nothing changed.")
     return redirect(f"/campaigns/{campaign_id}")
 
 
@@ -151,14 +150,15 @@ def _save(conn: Conn, campaign_id: int, form: dict[str, Any], before: dict[str, 
     at = send_time(conn, form["send_at"]) if moved else None
     if moved and at is None:
         campaigns.schedule(conn, campaign_id, None)
+    # A field as it was stored is no change, whatever its line ends (a body given to the CLI
+    # with CRLF comes back from the browser with LF): a sent campaign's rename stays a rename.
+    same = {
+        k: form[k] == (before[k].replace("\r\n", "\n") if isinstance(before[k], str) else before[k])
+        for k in ("name", "subject", "from_addr", "reply_to", "text_body", "html_body")
+    }
     changes = edits.Changes(
-        name=form["name"],
+        **{k: None if same[k] else form[k] for k in same},
         lists=form["lists"],
-        subject=form["subject"],
-        from_addr=form["from_addr"],
-        reply_to=form["reply_to"],
-        text_body=form["text_body"],
-        html_body=form["html_body"],
     )
     changed = edits.edit(conn, campaign_id, changes)
     if at is not None:
