@@ -14,6 +14,7 @@ import pytest
 from senddock import queue
 from senddock.campaigns import CampaignError, broadcast, create_campaign, edits, schedule
 from senddock.campaigns.broadcast import enqueue_all
+from senddock.errors import SendDockError
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, seed_list, senddock, unfinished, wait_until, worker_env
 
@@ -113,17 +114,22 @@ def test_an_edited_draft_sends_its_new_fields_to_its_new_lists(
 def test_an_edit_is_checked_like_create_and_changes_nothing_when_refused(
     db_url: str, conn: Conn
 ) -> None:
+    """One line from the CLI; the other refusals in-process (each a SendDockError naming its
+    field, as create's)."""
     cid = draft(conn)
     before = fields(conn, cid)
     err = refused(db_url, "campaign", "edit", str(cid), "--subject", "Hi {{ subscriber.nmae }}")
     assert "subject template" in err and "subscriber.nmae is undefined" in err
-    err = refused(db_url, "campaign", "edit", str(cid), "--subject", "Hi {{ oops ")
-    assert "subject template" in err
-    err = refused(db_url, "campaign", "edit", str(cid), "--list", "nosuchlist")
-    assert "nosuchlist" in err
-    err = refused(db_url, "campaign", "edit", str(cid), "--no-text")
-    assert "text body" in err  # it would have no body at all
-    err = refused(db_url, "campaign", "edit", str(cid), "--reply-to", "a\r\nBcc: x@example.org")
+    for changes, field, words in [
+        (edits.Changes(subject="Hi {{ oops "), "subject", "subject template"),
+        (edits.Changes(lists=["nosuchlist"]), "lists", "nosuchlist"),
+        (edits.Changes(text_body=""), "text_body", "text body"),  # no body at all
+        (edits.Changes(reply_to="a\r\nBcc: x@example.org"), "reply_to", "CR or LF"),
+        (edits.Changes(name=" "), "name", "name cannot be empty"),
+    ]:
+        with pytest.raises(SendDockError) as caught:
+            edits.edit(conn, cid, changes)
+        assert caught.value.field == field and words in caught.value.message, caught.value
     assert fields(conn, cid) == before
 
 
@@ -159,7 +165,7 @@ def test_a_scheduled_draft_is_refused_until_unscheduled(db_url: str, conn: Conn)
     err = refused(db_url, "campaign", "edit", str(cid), "--subject", "Later")
     assert "scheduled" in err and f"campaign schedule {cid} --clear" in err
     schedule(conn, cid, None)
-    assert cli(db_url, "campaign", "edit", str(cid), "--subject", "Later")[0] == 0
+    assert edits.edit(conn, cid, edits.Changes(subject="Later")) == ["subject"]
     assert fields(conn, cid)["subject"] == "Later"
 
 
