@@ -130,6 +130,7 @@ def test_an_edit_is_checked_like_create_and_changes_nothing_when_refused(
         with pytest.raises(SendDockError) as caught:
             edits.edit(conn, cid, changes)
         assert caught.value.field == field and words in caught.value.message, caught.value
+        assert caught.value.status in (404, 422), caught.value  # bad input, as at create
     assert fields(conn, cid) == before
 
 

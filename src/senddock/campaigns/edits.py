@@ -129,9 +129,7 @@ def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
             return []
         _refuse(c, row, changed)
         if not new["text_body"] and not new["html_body"]:
-            raise CampaignError(
-                "a campaign needs a text body, an HTML body or both", field="text_body"
-            )
+            raise Invalid("a campaign needs a text body, an HTML body or both", field="text_body")
         check_fields(
             conn,
             new["name"],
