@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
 from senddock import layout_cli as layout_commands
-from senddock.audience import cells, optin, signup, suppressions
+from senddock.audience import addresses, cells, optin, signup, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
@@ -83,6 +83,7 @@ def settings() -> Settings:
             ReturnPath.parse(s.bounce_domain)
     except (ValidationError, ValueError) as exc:
         raise Fail(f"bad configuration: {exc}") from exc
+    addresses.configure(s.allow_reserved_domains)
     return s
 
 
@@ -845,12 +846,13 @@ def schedule_cmd(campaign_id: int, at: str | None, clear: bool) -> None:
 
 @campaign.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def list_cmd(as_json: bool) -> None:
-    """Every campaign, newest first: id, name, status, counts, created."""
+@click.option("--archived", is_flag=True, help="The archived campaigns instead.")
+def list_cmd(as_json: bool, archived: bool) -> None:
+    """Every campaign not archived, newest first: id, name, status, counts, created."""
     from senddock.campaigns.listing import all_campaigns
 
     with db() as conn:
-        rows = all_campaigns(conn)
+        rows = all_campaigns(conn, archived)
     if as_json:
         click.echo(json.dumps(rows, default=_iso))
         return
@@ -891,10 +893,93 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
         ("html body", plural(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
         ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
         ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
+        ("archived", f"{c['archived_at']:%Y-%m-%d %H:%M:%S %z}" if c["archived_at"] else "no"),
     ]
     click.echo(f"campaign {c['id']}")
     for key, value in fields:
         click.echo(f"  {key:<10} {value}")
+
+
+@campaign.command("edit", epilog=epilog(*DB))
+@click.argument("campaign_id", type=int)
+@click.option("--name", help="A new name (a sent campaign's too).")
+@click.option("--subject", help="A new Subject: template.")
+@click.option("--from", "from_addr", help='A new From, e.g. "Ada <news@example.org>".')
+@click.option("--reply-to", help="A new Reply-To; '' removes it.")
+@click.option("--text-file", type=click.Path(), help="A new text body.")
+@click.option("--html-file", type=click.Path(), help="A new HTML body.")
+@click.option("--no-text", is_flag=True, help="Remove the text body (derived from the HTML).")
+@click.option("--no-html", is_flag=True, help="Remove the HTML body.")
+@click.option(
+    "--list", "lists", multiple=True, help="The lists it goes to (repeatable; all of them)."
+)
+def edit_cmd(
+    campaign_id: int,
+    name: str | None,
+    subject: str | None,
+    from_addr: str | None,
+    reply_to: str | None,
+    text_file: str | None,
+    html_file: str | None,
+    no_text: bool,
+    no_html: bool,
+    lists: tuple[str, ...],
+) -> None:
+    """Change a draft, checked like create; a campaign sent or scheduled is refused (its name
+    may still change). Prints what changed."""
+    from senddock.campaigns import edits
+
+    if (no_text and text_file) or (no_html and html_file):
+        raise click.UsageError("give a body file or remove that body, not both")
+    changes = edits.Changes(
+        name=name,
+        subject=subject,
+        from_addr=from_addr,
+        reply_to=reply_to,
+        text_body="" if no_text else _read(text_file, "text file"),
+        html_body="" if no_html else _read(html_file, "html file"),
+        lists=lists or None,
+    )
+    if not changes.given():
+        raise click.UsageError("nothing to change: give --name, --subject, --list, …")
+    with db() as conn:
+        changed = edits.edit(conn, campaign_id, changes)
+    what = f"changed {edits.said(changed)}" if changed else "nothing changed"
+    click.echo(f"campaign {campaign_id}: {what}")
+
+
+@campaign.command("clone", epilog=epilog(*DB))
+@click.argument("campaign_id", type=int)
+@click.option("--name", help='The new draft\'s name (default: "NAME (copy)").')
+def clone_cmd(campaign_id: int, name: str | None) -> None:
+    """Copy any campaign (a sent one too) into a new draft; prints its id alone."""
+    from senddock.campaigns import edits
+
+    with db() as conn:
+        click.echo(edits.clone(conn, campaign_id, name))
+
+
+@campaign.command("delete", epilog=epilog(*DB))
+@click.argument("campaign_id", type=int)
+def delete_cmd(campaign_id: int) -> None:
+    """Delete a draft (a campaign that was sent is archived instead)."""
+    from senddock.campaigns import edits
+
+    with db() as conn:
+        edits.delete(conn, campaign_id)
+    click.echo(f"campaign {campaign_id} deleted")
+
+
+@campaign.command("archive", epilog=epilog(*DB))
+@click.argument("campaign_id", type=int)
+@click.option("--undo", is_flag=True, help="Put it back in the default list.")
+def archive_cmd(campaign_id: int, undo: bool) -> None:
+    """Take a sent or cancelled campaign out of `campaign list` (see `list --archived`)."""
+    from senddock.campaigns import edits
+
+    with db() as conn:
+        edits.archive(conn, campaign_id, archived=not undo)
+    click.echo(f"campaign {campaign_id} " + ("unarchived" if undo else "archived"))
 
 
 @campaign.command("test")

@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     sendgrid_public_key: SecretStr | None = None
     postmark_webhook_user: str | None = None
     postmark_webhook_password: SecretStr | None = None
+    # Accept subscriber and test-send addresses at reserved domains (.test, .local, .internal,
+    # …: audience/addresses.py), which are refused by default: internal relays and tests.
+    allow_reserved_domains: bool = False
     # Bounces after the 250 (issue 21): the return path's domain (`bounces.example.org`) or
     # address (`bounce@example.org`); unset, bounces are read by our Message-ID alone.
     bounce_domain: str | None = None

@@ -19,7 +19,7 @@ from senddock.audience.addresses import normalize
 from senddock.audience.lists import find_list
 from senddock.audience.segment_filter import check as check_filter
 from senddock.audience.segments import find as find_segment
-from senddock.campaigns.layouts import checked_bodies
+from senddock.campaigns.layouts import Chosen, checked_bodies
 from senddock.campaigns.template_check import check_names
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
@@ -75,19 +75,19 @@ def create_campaign(
         raise CampaignError(
             "the send time needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="send_at"
         )
-    check_header("campaign name", name, field="name")
-    # TemplateProblem / HeaderError, with the part and line; then with its layout.
-    chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
-    compile_message(subject, from_addr, chosen.text, chosen.html, reply_to=reply_to)
-    normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
-    if reply_to:
-        normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
-    names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
-    if not names:
-        raise CampaignError("a campaign needs at least one list", field="lists")
-    list_ids = [find_list(conn, n) for n in names]  # UnknownList
-    # A misspelt name would render empty for everyone: TemplateProblem with part and line.
-    check_names(conn, list_ids, subject, chosen.text, chosen.html)
+    list_ids = lists_of(conn, list_name)
+    chosen = check_fields(
+        conn,
+        name,
+        list_ids,
+        subject,
+        from_addr,
+        text_body,
+        html_body,
+        reply_to,
+        layout=layout,
+        markdown_body=markdown_body,
+    )
     with conn.transaction():
         cid = _insert(
             conn, name, list_ids, subject, from_addr, reply_to, chosen.text_body, html_body, send_at
@@ -101,6 +101,42 @@ def create_campaign(
                 QUERIES["set_audience"], {"c": cid, "segment": segment_id, "filter": own_filter}
             )
     return cid
+
+
+def lists_of(conn: psycopg.Connection[dict[str, Any]], list_name: str | Sequence[str]) -> list[int]:
+    """The ids of the lists named (UnknownList for one that does not exist; at least one)."""
+    names = [list_name] if isinstance(list_name, str) else list(dict.fromkeys(list_name))
+    if not names:
+        raise CampaignError("a campaign needs at least one list", field="lists")
+    return [find_list(conn, n) for n in names]  # UnknownList
+
+
+def check_fields(
+    conn: psycopg.Connection[dict[str, Any]],
+    name: str,
+    list_ids: Sequence[int],
+    subject: str,
+    from_addr: str,
+    text_body: str | None,
+    html_body: str | None,
+    reply_to: str | None,
+    *,
+    layout: str | None = "none",
+    markdown_body: str | None = None,
+) -> Chosen:
+    """Every check a campaign's fields pass before they are stored (create and edit alike),
+    each failure one line naming its field; the bodies as checked, inside `layout` (a name,
+    None for the default one, "none" for none: an edit checks its bodies alone)."""
+    check_header("campaign name", name, field="name")
+    # TemplateProblem / HeaderError, with the part and line; then with its layout.
+    chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
+    compile_message(subject, from_addr, chosen.text, chosen.html, reply_to=reply_to)
+    normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")  # InvalidAddress
+    if reply_to:
+        normalize(email.utils.parseaddr(reply_to)[1], field="reply_to")
+    # A misspelt name would render empty for everyone: TemplateProblem with part and line.
+    check_names(conn, list_ids, subject, chosen.text, chosen.html)
+    return chosen
 
 
 def _insert(

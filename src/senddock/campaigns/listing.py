@@ -15,11 +15,12 @@ Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "listing.sql")
 
 
-def all_campaigns(conn: Conn) -> list[dict[str, Any]]:
-    """Every campaign, newest first: id, name, status, created, send_at and its counts."""
+def all_campaigns(conn: Conn, archived: bool = False) -> list[dict[str, Any]]:
+    """Every campaign not archived (`archived`: every archived one), newest first: id, name,
+    status, created, send_at and its counts."""
     with conn.transaction():
         conn.execute(QUERIES["snapshot"])
-        rows = conn.execute(QUERIES["list"]).fetchall()
+        rows = conn.execute(QUERIES["list"], {"archived": archived}).fetchall()
         counts = counts_of(conn, [int(r["broadcast_id"]) for r in rows if r["broadcast_id"]])
     none = Counts()
     for r in rows:

@@ -6,9 +6,11 @@
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
 
 -- name: list
--- Every campaign, newest first; its counts are the queue's (queue/counts.py).
+-- Every campaign, newest first, archived or not (campaigns/edits.py); its counts are the
+-- queue's (queue/counts.py).
 SELECT c.id, c.name, c.status, c.created_at, c.send_at, c.broadcast_id
 FROM campaigns c
+WHERE (c.archived_at IS NOT NULL) = %(archived)s
 ORDER BY c.id DESC
 
 -- name: show
@@ -16,7 +18,7 @@ ORDER BY c.id DESC
 SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to,
        coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM campaign_lists cl
                  JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = c.id), '{}') AS lists,
-       c.send_at, c.schedule_error, c.broadcast_id, c.created_at, c.updated_at,
+       c.send_at, c.schedule_error, c.broadcast_id, c.created_at, c.updated_at, c.archived_at,
        coalesce(octet_length(c.text_body), 0) AS text_bytes,
        coalesce(octet_length(c.html_body), 0) AS html_bytes
 FROM campaigns c WHERE c.id = %s

@@ -26,7 +26,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
-from senddock.campaigns import compose
+from senddock.campaigns import compose, edits
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
 from senddock.campaigns.workers import NO_WORKER, live_workers
@@ -267,9 +267,12 @@ def list_campaigns(
     status: Annotated[s.CampaignState | None, Query()] = None,
     page: PageNo = 1,
     per_page: PerPage = 50,
+    archived: bool = False,
 ) -> s.CampaignPage:
-    """Campaigns, newest first, with sent and failed counts."""
-    rows, total = queries.campaigns_page(conn, status, per_page, (page - 1) * per_page)
+    """Campaigns not archived (`archived=true`: the archived ones), newest first, with sent
+    and failed counts."""
+    offset = (page - 1) * per_page
+    rows, total = queries.campaigns_page(conn, status, per_page, offset, archived)
     items = [s.CampaignSummary(**r) for r in rows]
     return s.CampaignPage(page=page, per_page=per_page, total=total, items=items)
 
@@ -303,6 +306,52 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
 @router.get("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
 def get_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
     """State and exact counts: the same keys as `senddock campaign status --json`."""
+    return _status(conn, campaign_id)
+
+
+@router.patch("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
+def edit_campaign(conn: Db, campaign_id: CampaignId, body: s.CampaignEdit) -> s.CampaignStatus:
+    """Change a draft, checked like create (422 naming the field); a campaign sent, sending or
+    scheduled keeps what it sends (409 with the reason; its name may change)."""
+    edits.edit(conn, campaign_id, edits.Changes(**body.model_dump(exclude_unset=True)))
+    return _status(conn, campaign_id)
+
+
+@router.post(
+    "/campaigns/{campaign_id}/clone",
+    tags=["campaigns"],
+    response_model=s.CampaignStatus,
+    status_code=201,
+)
+def clone_campaign(
+    conn: Db, campaign_id: CampaignId, body: s.CloneIn | None = None
+) -> s.CampaignStatus:
+    """A new draft with the message and lists of any campaign (a sent one too)."""
+    return _status(conn, edits.clone(conn, campaign_id, body.name if body else None))
+
+
+@router.delete("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.Removed)
+def delete_campaign(conn: Db, campaign_id: CampaignId) -> s.Removed:
+    """Delete a draft; any other campaign is 409 (archive a finished one)."""
+    edits.delete(conn, campaign_id)
+    return s.Removed(message=f"campaign {campaign_id} deleted")
+
+
+@router.post(
+    "/campaigns/{campaign_id}/archive", tags=["campaigns"], response_model=s.CampaignStatus
+)
+def archive_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+    """Take a sent or cancelled campaign out of the default list (409 for any other)."""
+    edits.archive(conn, campaign_id)
+    return _status(conn, campaign_id)
+
+
+@router.post(
+    "/campaigns/{campaign_id}/unarchive", tags=["campaigns"], response_model=s.CampaignStatus
+)
+def unarchive_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+    """Put an archived campaign back in the default list."""
+    edits.archive(conn, campaign_id, archived=False)
     return _status(conn, campaign_id)
 
 

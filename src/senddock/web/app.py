@@ -40,7 +40,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from senddock.audience import optin, preferences, signup, suppressions
+from senddock.audience import addresses, optin, preferences, signup, suppressions
 from senddock.campaigns.compose import link_key
 from senddock.config import Settings
 from senddock.db import connect, sql
@@ -258,6 +258,7 @@ def create_app(
     shutdown (SIGTERM) lets it finish the messages in flight.
     """
     settings = settings or Settings(database_url=database_url)
+    addresses.configure(settings.allow_reserved_domains)
     pool: Pool = ConnectionPool(
         database_url,
         connection_class=psycopg.Connection[DictRow],

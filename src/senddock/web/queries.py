@@ -122,10 +122,17 @@ def progress(counts: dict[str, Any], status: str) -> dict[str, Any]:
     return {**counts, "done": done, "percent": percent}
 
 
-def campaigns_page(conn: Conn, status: str | None, limit: int, offset: int) -> tuple[Rows, int]:
-    """A page of campaigns, newest first (optionally of one status), each with the queue's
-    counts and its progress; and how many campaigns there are in all."""
-    params: dict[str, Any] = {"status": status, "limit": limit, "offset": offset}
+def campaigns_page(
+    conn: Conn, status: str | None, limit: int, offset: int, archived: bool = False
+) -> tuple[Rows, int]:
+    """A page of campaigns, newest first (optionally of one status), archived or not, each
+    with the queue's counts and its progress; and how many such campaigns there are."""
+    params: dict[str, Any] = {
+        "status": status,
+        "limit": limit,
+        "offset": offset,
+        "archived": archived,
+    }
     with conn.transaction():
         conn.execute(QUERIES["snapshot"])
         rows = conn.execute(QUERIES["campaigns"], params).fetchall()

@@ -46,7 +46,8 @@ SELECT email FROM subscribers WHERE id = %(id)s
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
 
 -- name: campaigns
--- Invariant 8: one page of campaigns, newest first, optionally of one status, with every
+-- Invariant 8: one page of campaigns, newest first, optionally of one status, archived or not
+-- (campaigns/edits.py), with every
 -- column the API and the dashboard list show. No count is read here: each broadcast's counts
 -- come from queue/counts.py, a few counter rows per campaign, whatever its broadcast's size
 -- (this statement used to count broadcast_jobs per campaign per request).
@@ -57,20 +58,22 @@ SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.send_at, c.schedule_err
        count(*) OVER () AS full_count
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id
 WHERE (%(status)s::text IS NULL OR c.status = %(status)s)
+  AND (c.archived_at IS NOT NULL) = %(archived)s
 ORDER BY c.id DESC
 LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: campaign_total
--- How many campaigns of that status there are, for a page past the last (which has no row to
--- carry the window count of `campaigns`).
+-- How many campaigns of that status (archived or not) there are, for a page past the last
+-- (which has no row to carry the window count of `campaigns`).
 SELECT count(*)::bigint AS n FROM campaigns c
 WHERE (%(status)s::text IS NULL OR c.status = %(status)s)
+  AND (c.archived_at IS NOT NULL) = %(archived)s
 
 -- name: campaign
 -- One campaign's fields for its dashboard page, with its lists and when its broadcast began and
 -- ended (its counts are queue/counts.py's, through campaigns.status).
 SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to, c.created_at, c.send_at,
-       c.broadcast_id, b.created_at AS started_at, b.finished_at,
+       c.broadcast_id, b.created_at AS started_at, b.finished_at, c.archived_at,
        array(SELECT l.name FROM campaign_lists cl JOIN lists l ON l.id = cl.list_id
              WHERE cl.campaign_id = c.id ORDER BY l.name) AS lists
 FROM campaigns c LEFT JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = %(id)s

@@ -294,6 +294,23 @@ class CampaignIn(Strict):
     layout: Name | None = Field(default=None, description='A layout name; "none": no layout')
 
 
+class CampaignEdit(Strict):
+    """The fields to change (issue 22); those left out stay. An empty `reply_to`,
+    `text_body` or `html_body` removes it; `lists` replaces every list."""
+
+    name: Line | None = Field(default=None, min_length=1)
+    lists: list[Name] | None = Field(default=None, min_length=1, max_length=100)
+    subject: Body | None = None
+    from_addr: Annotated[Body, AfterValidator(_one_from)] | None = None
+    text_body: Body | None = None
+    html_body: Body | None = None
+    reply_to: Body | None = None
+
+
+class CloneIn(Strict):
+    name: Line | None = Field(default=None, description='Default: "NAME (copy)"')
+
+
 class Preview(BaseModel):
     headers: dict[str, str]
     text: str | None

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 
 from senddock.web.dashboard import (
     audience_pages,
+    campaign_edit,
     campaign_pages,
     layout_pages,
     list_pages,
@@ -23,6 +24,7 @@ for part in (
     login.private,
     layout_pages.router,
     campaign_pages.router,
+    campaign_edit.router,
     subscriber_pages.router,
     list_pages.router,
     audience_pages.router,

@@ -4,9 +4,9 @@ buttons (send, pause, resume, cancel, retry failed). Every change goes through c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Form
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -20,6 +20,7 @@ from senddock.campaigns.workers import send_warning
 from senddock.errors import NotFound, SendDockError
 from senddock.messages.render import address_count
 from senddock.web import queries
+from senddock.web.dashboard.campaign_edit import CampaignForm, campaign_form, send_time
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Conn, Page, db, flash, not_found, redirect, render
@@ -33,17 +34,18 @@ FILTERS = JOB_STATUSES + FAILURES
 
 
 @router.get("/")
-def campaign_list(request: Request, page: str = "1") -> Response:
+def campaign_list(request: Request, page: str = "1", archived: str = "") -> Response:
     at = Page.of(page)
     with db(request) as conn:
-        rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset)
+        rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset, bool(archived))
     return render(
         request,
         "campaigns.html",
-        title="Campaigns",
+        title="Archived campaigns" if archived else "Campaigns",
         campaigns=rows[: at.size],
         page=at.number,
         more=len(rows) > at.size,
+        archived=bool(archived),
     )
 
 
@@ -67,18 +69,7 @@ def new_campaign_form(request: Request) -> Response:
         lists = all_lists(conn)
         saved = saved_segments(conn)
         layout_rows = list_layouts(conn)
-    form = {
-        "name": "",
-        "lists": [],
-        "subject": "",
-        "from_addr": "",
-        "text_body": "",
-        "html_body": "",
-        "segment": "",
-        "filter": "",
-        "markdown_body": "",
-        "layout": "",
-    }
+    form = campaign_form(lists=[])
     return render(
         request,
         "campaign_new.html",
@@ -92,31 +83,7 @@ def new_campaign_form(request: Request) -> Response:
 
 
 @router.post("/campaigns")
-def create_campaign(
-    request: Request,
-    name: Annotated[str, Form()] = "",
-    lists: Annotated[list[str] | None, Form()] = None,
-    subject: Annotated[str, Form()] = "",
-    from_addr: Annotated[str, Form()] = "",
-    text_body: Annotated[str, Form()] = "",
-    html_body: Annotated[str, Form()] = "",
-    segment: Annotated[str, Form()] = "",
-    audience_filter: Annotated[str, Form(alias="filter")] = "",
-    markdown_body: Annotated[str, Form()] = "",
-    layout: Annotated[str, Form()] = "",
-) -> Response:
-    form: dict[str, Any] = {
-        "markdown_body": markdown_body.replace("\r\n", "\n"),
-        "layout": layout,
-        "name": name.strip(),
-        "lists": [n for n in (lists or []) if n],
-        "subject": subject,
-        "from_addr": from_addr.strip(),
-        "text_body": text_body.replace("\r\n", "\n"),
-        "html_body": html_body.replace("\r\n", "\n"),
-        "segment": segment.strip(),
-        "filter": audience_filter.strip(),
-    }
+def create_campaign(request: Request, form: CampaignForm) -> Response:
     error = _missing(form)
     with db(request) as conn:
         if not error:
@@ -133,6 +100,8 @@ def create_campaign(
                     audience_filter=form["filter"] or None,
                     markdown_body=form["markdown_body"] or None,
                     layout=form["layout"] or None,
+                    reply_to=form["reply_to"] or None,
+                    send_at=send_time(conn, form["send_at"]),
                 )
             except SendDockError as exc:
                 error = exc.message

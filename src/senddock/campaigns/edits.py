@@ -1,0 +1,189 @@
+"""Campaigns you can change: edit a draft, clone any campaign, delete a draft, archive one.
+
+What a broadcast sends is read from its campaign's row (compose.py, once per broadcast) and its
+recipients from the campaign's lists, so once a campaign has been sent its message and lists
+are fixed: an edit that would change them is refused (409, naming the reason), and a clone is
+the way to send a changed copy. Its name, which no recipient sees, can always change. A
+scheduled draft is refused too, until it is unscheduled, as in listmonk: the scheduler may be
+enqueueing it at this moment. Each operation holds the campaign's row lock (the queue's
+lock_campaign), so it and a `campaign send` or a scheduler take turns and each judges the
+status the other left. Archiving is a column, not a status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import psycopg
+
+from senddock import queue
+from senddock.campaigns.campaigns import CampaignError, UnknownCampaign, check_fields, lists_of
+from senddock.db import sql
+from senddock.errors import Invalid
+from senddock.messages import check_header
+
+Conn = psycopg.Connection[dict[str, Any]]
+QUERIES = sql.load(__package__, "edits.sql")
+
+# The fields a campaign cannot be without, as a person calls them.
+REQUIRED = {"name": "name", "subject": "subject", "from_addr": "From"}
+
+# A field as a person calls it, in messages (the others by their own name).
+LABELS = {
+    "from_addr": "From",
+    "reply_to": "Reply-To",
+    "text_body": "text body",
+    "html_body": "HTML body",
+}
+
+
+def said(changed: list[str]) -> str:
+    """The fields `changed`, as a person reads them: `subject, From, lists`."""
+    return ", ".join(LABELS.get(f, f) for f in changed)
+
+
+# The statuses a campaign is done in: it may be archived out of the default list.
+FINISHED = ("sent", "cancelled")
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What an edit sets; None leaves a field as it is. An empty reply_to, text_body or
+    html_body clears it (a campaign still needs one body)."""
+
+    name: str | None = None
+    subject: str | None = None
+    from_addr: str | None = None
+    reply_to: str | None = None
+    text_body: str | None = None
+    html_body: str | None = None
+    lists: Sequence[str] | None = None
+
+    def given(self) -> list[str]:
+        """The fields this edit names, in declaration order."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+def current(conn: Conn, campaign_id: int) -> dict[str, Any] | None:
+    """A campaign's editable fields (bodies included) and list ids as stored; None if there
+    is no such campaign."""
+    return conn.execute(QUERIES["fields"], {"c": campaign_id}).fetchone()
+
+
+def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, dict[str, Any]]:
+    c = queue.lock_campaign(conn, campaign_id)
+    if c is None:
+        raise UnknownCampaign(f"no campaign with id {campaign_id}")
+    row = current(conn, campaign_id)
+    assert row is not None  # locked just now
+    return c, row
+
+
+def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
+    """CampaignError (409) when `changed` (not only the name) would alter what a broadcast
+    sends or is about to send."""
+    fixed = [f for f in changed if f != "name"]
+    if not fixed:
+        return
+    what = said(fixed)
+    if c.status != "draft":
+        raise CampaignError(
+            f"cannot change the {what} of campaign {c.id}: it is {c.status}, and what it"
+            f" sends is fixed once it has been sent (only its name can change); clone it"
+            f" (`senddock campaign clone {c.id}`) to send a changed copy",
+            field=fixed[0],
+        )
+    if row["send_at"] is not None:
+        raise CampaignError(
+            f"cannot change the {what} of campaign {c.id}: it is scheduled for"
+            f" {row['send_at'].isoformat()}; unschedule it first"
+            f" (`senddock campaign schedule {c.id} --clear`)",
+            field=fixed[0],
+        )
+
+
+def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
+    """Apply `changes`, checked like create (templates against real subscribers, headers,
+    addresses, lists); the fields that changed (empty: nothing did)."""
+    with conn.transaction():
+        c, row = _locked(conn, campaign_id)
+        new = {
+            k: row[k]
+            for k in ("name", "subject", "from_addr", "reply_to", "text_body", "html_body")
+        }
+        for key in changes.given():
+            value = getattr(changes, key)
+            if key in REQUIRED and not value.strip():
+                raise Invalid(f"the campaign's {REQUIRED[key]} cannot be empty", field=key)
+            if key != "lists":
+                new[key] = value or None
+        list_ids = list(row["list_ids"])
+        if changes.lists is not None:
+            list_ids = sorted(set(lists_of(conn, changes.lists)))  # UnknownList
+        changed = [k for k, v in new.items() if v != row[k]]
+        if list_ids != list(row["list_ids"]):
+            changed.append("lists")
+        if not changed:
+            return []
+        _refuse(c, row, changed)
+        if not new["text_body"] and not new["html_body"]:
+            raise Invalid("a campaign needs a text body, an HTML body or both", field="text_body")
+        check_fields(
+            conn,
+            new["name"],
+            list_ids,
+            new["subject"],
+            new["from_addr"],
+            new["text_body"],
+            new["html_body"],
+            new["reply_to"],
+        )
+        conn.execute(QUERIES["update_fields"], {**new, "c": campaign_id})
+        if "lists" in changed:
+            conn.execute(QUERIES["drop_lists"], {"c": campaign_id})
+            conn.execute(QUERIES["insert_lists"], {"c": campaign_id, "lists": list_ids})
+    return changed
+
+
+def clone(conn: Conn, campaign_id: int, name: str | None = None) -> int:
+    """A new draft with the message and lists of campaign `campaign_id` (whatever its status),
+    named `name` or "NAME (copy)"; its id."""
+    with conn.transaction():
+        _, row = _locked(conn, campaign_id)
+        new_name = name.strip() if name and name.strip() else f"{row['name']} (copy)"
+        check_header("campaign name", new_name, field="name")
+        made = conn.execute(QUERIES["clone"], {"c": campaign_id, "name": new_name}).fetchone()
+        assert made is not None
+        conn.execute(QUERIES["clone_lists"], {"c": campaign_id, "new": made["id"]})
+    return int(made["id"])
+
+
+def delete(conn: Conn, campaign_id: int) -> None:
+    """Delete a draft; any other campaign is refused (409): its recipients' history stays."""
+    with conn.transaction():
+        c, _ = _locked(conn, campaign_id)
+        if c.status != "draft" or c.broadcast_id is not None:
+            then = (
+                f"archive it instead (`senddock campaign archive {campaign_id}`)"
+                if c.status in FINISHED
+                else "cancel it, then archive it"
+            )
+            raise CampaignError(
+                f"cannot delete campaign {campaign_id}: it is {c.status}, and only a draft"
+                f" can be deleted (its recipients' history stays); {then}"
+            )
+        conn.execute(QUERIES["delete_draft"], {"c": campaign_id})
+
+
+def archive(conn: Conn, campaign_id: int, archived: bool = True) -> None:
+    """Take a finished campaign out of the default list (`archived`), or put it back."""
+    with conn.transaction():
+        c, _ = _locked(conn, campaign_id)
+        if archived and c.status not in FINISHED:
+            raise CampaignError(
+                f"cannot archive campaign {campaign_id}: it is {c.status}; only a sent or"
+                " cancelled campaign is archived (delete a draft you do not want)"
+            )
+        conn.execute(QUERIES["set_archived"], {"c": campaign_id, "archived": archived})
