@@ -6,7 +6,8 @@ wrong (401) is counted under `webhook:IP` (IP as login_limits.client_key: an IPv
 Once an address has FAILURES failures in its window, every webhook request from it is
 answered 429 before its signature is checked, so a guesser gets FAILURES tries per window
 however many `serve` processes it spreads them over. A provider signs correctly, so it is
-never counted; with Postgres unreachable nobody is refused here (the store answers 503).
+never counted. With Postgres unreachable the check fails and the request is answered 503,
+as the store would answer it: the provider sends it again.
 """
 
 from __future__ import annotations
@@ -34,13 +35,10 @@ def key(host: str | None) -> str:
 
 
 def refused(pool: Pool, host: str | None) -> bool:
-    """Whether this client has used up its failed signatures for the window."""
-    try:
-        with pool.connection() as conn:
-            row = conn.execute(QUERIES["failures"], {"key": key(host), "window": WINDOW})
-            found = row.fetchone()
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout):
-        return False
+    """Whether this client has used up its failed signatures for the window (raises what the
+    pool raises when Postgres is unavailable: the caller answers 503)."""
+    with pool.connection() as conn:
+        found = conn.execute(QUERIES["failures"], {"key": key(host), "window": WINDOW}).fetchone()
     return found is not None and int(found["attempts"]) >= FAILURES
 
 

@@ -175,6 +175,16 @@ class Webhooks:
         )
         return JSONResponse({"new": got.new, "findings": got.findings})
 
+    async def _refused(self, host: str | None) -> Response | None:
+        """429 for a client past its failed signatures (webhook_limits), 503 without Postgres."""
+        try:
+            if not await run_in_threadpool(webhook_limits.refused, self.pool, host):
+                return None
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("webhook: cannot check the client's failures, asking for a retry: %s", exc)
+            return _answer(503, "the database is unavailable: send it again", **BUSY)
+        return _answer(429, "too many failed signatures from your address", **LATER)
+
     async def _run(self, request: Request, handle: Callable[[bytes], Response]) -> Response:
         """Read the (capped) body, then handle it in the thread pool, IN_FLIGHT at a time (a
         client sending its body slowly holds no slot)."""
@@ -184,8 +194,8 @@ class Webhooks:
         host = request.client.host if request.client else None
         async with self.slots:
             try:
-                if await run_in_threadpool(webhook_limits.refused, self.pool, host):
-                    return _answer(429, "too many failed signatures from your address", **LATER)
+                if refused := await self._refused(host):
+                    return refused
                 return await run_in_threadpool(handle, body)
             except providers.Forged as exc:
                 log.warning("webhook %s refused: %s", request.url.path, str(exc)[:200])
@@ -281,8 +291,8 @@ class Webhooks:
         if not s.postmark_webhook_user or s.postmark_webhook_password is None:
             return _off()
         host = request.client.host if request.client else None
-        if await run_in_threadpool(webhook_limits.refused, self.pool, host):
-            return _answer(429, "too many failed signatures from your address", **LATER)
+        if refused := await self._refused(host):
+            return refused
         if not self._postmark_auth(request):
             log.warning("webhook postmark refused: wrong credentials")
             await run_in_threadpool(webhook_limits.failed, self.pool, host)
