@@ -1,7 +1,8 @@
 """Issue 21 end to end: a real worker sends through a real Postfix to a remote MX that refuses
 some recipients after Postfix's 250 and defers others; Postfix's own DSNs come back to each
 job's VERP address on a real `senddock bounces serve`: exactly the refused recipients are
-suppressed, and the next campaign skips them."""
+suppressed, and the next campaign skips them.
+The same with the DSNs delivered (LMTP) into a Dovecot box read by `bounces poll --once`."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import sys
 import pytest
 from aiosmtpd.controller import Controller
 
+import dovecot_box
 import postfix_relay
 from senddock.queue.counts import count
-from support import Conn, jobs, send_campaign, start_worker, wait_until, worker_env
+from support import Conn, jobs, send_campaign, senddock, start_worker, wait_until, worker_env
 from test_bounce_cli import _listening
 from test_bounce_parse import _RemoteMx
+from test_bounce_poll import count as in_box
 from web_support import free_port
 
 
@@ -75,3 +78,47 @@ def test_the_relays_dsns_suppress_exactly_the_refused_and_the_next_campaign_skip
                 serve.wait(timeout=30)
     finally:
         remote.stop()
+
+
+def test_the_relays_dsns_through_a_dovecot_box_and_bounces_poll_suppress_exactly_the_refused(
+    conn: Conn, db_url: str
+) -> None:
+    need()
+    if (why_not := dovecot_box.available()) is not None:
+        pytest.skip(why_not)
+    dead = ["dead0@example.com", "dead1@bücher.example"]
+    later = ["later0@example.com"]
+    alive = ["alive0@example.com", "zoë@bücher.example"]
+    remote = Controller(_RemoteMx(), hostname="127.0.0.1", port=free_port())
+    remote.start()
+    try:
+        with (
+            dovecot_box.private_dovecot(free_port(), free_port(), free_port()) as box,
+            postfix_relay.private_postfix(free_port(), remote.port, box.lmtp, lmtp=True) as relay,
+        ):
+            mailbox = f"imap://{box.user}:{box.password}@127.0.0.1:{box.imap}?tls=none"
+            env = worker_env(
+                db_url,
+                relay.url,
+                SENDDOCK_BOUNCE_DOMAIN=postfix_relay.BOUNCE_DOMAIN,
+                SENDDOCK_BOUNCE_MAILBOX=mailbox,
+            )
+            worker = start_worker(env, concurrency=2)
+            try:
+                _, bid = send_campaign(conn, "news", dead + later + alive)
+                assert wait_until(lambda: in_box(box) == len(dead), timeout=90), relay.log()
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=60)
+            polled = senddock(env, "bounces", "poll", "--once")
+            assert polled.returncode == 0, polled.stderr
+            assert f"{len(dead)} seen, {len(dead)} recorded" in polled.stderr
+            assert in_box(box) == 0
+    finally:
+        remote.stop()
+    assert suppressed(conn) == set(dead)
+    assert count(conn, bid).bounced_later == len(dead)
+    by = jobs(conn, bid)
+    assert {a for a, j in by.items() if j["bounce_kind"] == "hard"} == set(dead)
+    _, nxt = send_campaign(conn, "news", dead + later + alive, name="second")
+    assert set(jobs(conn, nxt)) == set(later + alive)

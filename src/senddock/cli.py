@@ -1524,12 +1524,17 @@ def bounces_poll(once: bool, every: float) -> None:
     "--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]), help="Only this kind."
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
-def bounces_list(campaign: int | None, kind: str | None, as_json: bool) -> None:
-    """Every finding recorded, newest first, with its message's state; unmatched ones too."""
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1), help="At most N findings."
+)
+def bounces_list(campaign: int | None, kind: str | None, as_json: bool, limit: int) -> None:
+    """The findings recorded, newest first, with their message's state; unmatched ones too.
+
+    Shows the newest --limit; says how many more there are (on stderr with --json)."""
     from senddock.bounces.store import findings
 
     with db() as conn:
-        rows = findings(conn, campaign, kind)
+        rows, more = findings(conn, campaign, kind, limit)
     for r in rows:
         if as_json:
             click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
@@ -1545,6 +1550,8 @@ def bounces_list(campaign: int | None, kind: str | None, as_json: bool) -> None:
         )
     if not as_json and not rows:
         click.echo("no findings")
+    if more:
+        click.echo(f"{more} more (see --limit)", err=as_json)
 
 
 def _jsonable(value: Any) -> Any:

@@ -113,6 +113,9 @@ def _imap(box: Mailbox, store: Store, done: Pass, limit: int) -> None:
             client.starttls(context)
         client.login(box.user, box.password)
         client.select_folder(box.folder)
+        # A poller killed between flagging a message and expunging it left it flagged: its
+        # outcome was committed before the flag, so it goes now.
+        client.expunge()
         uids = client.search(["NOT", "DELETED"])[:limit]
         for uid in uids:
             sizes = client.fetch([uid], ["RFC822.SIZE"])

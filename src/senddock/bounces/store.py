@@ -195,6 +195,14 @@ def receive_event(
     return Received(stored, True, "read", len(recorded), matched)
 
 
-def findings(conn: Conn, campaign_id: int | None, kind: str | None) -> list[dict[str, Any]]:
-    """Every finding, newest first, with its message (`senddock bounces list`)."""
-    return conn.execute(QUERIES["findings"], {"campaign": campaign_id, "kind": kind}).fetchall()
+def findings(
+    conn: Conn, campaign_id: int | None, kind: str | None, limit: int = 100
+) -> tuple[list[dict[str, Any]], int]:
+    """The newest `limit` findings with their message (`senddock bounces list`), and how many
+    more match."""
+    params = {"campaign": campaign_id, "kind": kind, "limit": limit}
+    rows = conn.execute(QUERIES["findings"], params).fetchall()
+    matching = int(rows[0].pop("matching")) if rows else 0
+    for row in rows[1:]:
+        row.pop("matching")
+    return rows, matching - len(rows)

@@ -35,12 +35,15 @@ RETURNING id
 -- name: findings
 -- `senddock bounces list`: every finding, newest first, with its message's state and source,
 -- and the campaign of its broadcast; unmatched ones (no broadcast) only without a campaign.
+-- At most `limit` rows (the newest), each with how many match
+-- in all (`matching`), so the command can say how many more there are.
 SELECT f.id, f.created_at, f.kind, f.recipient, f.status, f.reply, f.diagnostic,
        f.broadcast_id, f.subscriber_id, b.campaign_id,
-       m.id AS message, m.state, m.source, m.why
+       m.id AS message, m.state, m.source, m.why, count(*) OVER () AS matching
 FROM bounce_findings f
 JOIN bounce_messages m ON m.id = f.message_id
 LEFT JOIN broadcasts b ON b.id = f.broadcast_id
 WHERE (%(campaign)s::bigint IS NULL OR b.campaign_id = %(campaign)s)
   AND (%(kind)s::text IS NULL OR f.kind = %(kind)s)
 ORDER BY f.created_at DESC, f.id DESC
+LIMIT %(limit)s

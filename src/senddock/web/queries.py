@@ -144,14 +144,11 @@ def campaigns_page(
 
     rows, total = _total(rows, count)
     none = Counts()
-    page = [
-        {
-            **r,
-            "lists": list(r["lists"]),
-            **progress(counts.get(r["broadcast_id"], none).as_dict(), r["status"]),
-        }
-        for r in rows
-    ]
+    page = []
+    for r in rows:
+        of = counts.get(r["broadcast_id"], none)
+        shown = {**progress(of.as_dict(), r["status"]), "complaint_rate": of.complaint_rate}
+        page.append({**r, "lists": list(r["lists"]), **shown})
     return page, total
 
 

@@ -204,7 +204,19 @@ class UnconfirmedJob(BaseModel):
     relay: str | None = Field(description="The SMTP server it went to")
 
 
-class CampaignStatus(BaseModel):
+class LaterCounts(BaseModel):
+    """Reports after the relay's 250 (queue.counts.Counts), on the detail and in the list."""
+
+    bounced_later: int = Field(default=0, description="Hard bounces after the relay's 250")
+    soft_later: int = Field(default=0, description="Soft bounces after the relay's 250")
+    policy_later: int = Field(default=0, description="Policy refusals after the relay's 250")
+    complaints: int = Field(default=0, description="Spam complaints (feedback loops)")
+    complaint_rate: float = Field(
+        default=0.0, description="Complaints per message sent; Gmail's limit is 0.003"
+    )
+
+
+class CampaignStatus(LaterCounts):
     """The same keys as `senddock campaign status --json`."""
 
     id: int
@@ -226,13 +238,6 @@ class CampaignStatus(BaseModel):
     suppressed: int
     exhausted: int
     rejected: int
-    bounced_later: int = Field(default=0, description="Hard bounces after the relay's 250")
-    soft_later: int = Field(default=0, description="Soft bounces after the relay's 250")
-    policy_later: int = Field(default=0, description="Policy refusals after the relay's 250")
-    complaints: int = Field(default=0, description="Spam complaints (feedback loops)")
-    complaint_rate: float = Field(
-        default=0.0, description="Complaints per message sent; Gmail's limit is 0.003"
-    )
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(
@@ -256,7 +261,7 @@ class CampaignStatus(BaseModel):
     )
 
 
-class CampaignSummary(BaseModel):
+class CampaignSummary(LaterCounts):
     id: int
     name: str
     status: str

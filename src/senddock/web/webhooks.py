@@ -12,6 +12,8 @@ a dashboard session gives it nothing. In order:
 - Postmark's basic auth is checked from the headers, in constant time, before the body;
 - bodies are capped at guard.WEBHOOK_BODY (1 MB; 413 over it), and at most IN_FLIGHT
   requests are handled at once per process (503 beyond: providers retry);
+- a client with 20 failed signatures in 5 minutes is answered 429 before any check, in every
+  `serve` process (counted in Postgres: web/webhook_limits.py);
 - a signature that does not hold is 403 (Postmark's credentials 401) and writes nothing; a
   body that is not the provider's format is 400; an SNS topic not in the setting is 403;
 - SNS certificates and SubscribeURLs are fetched only over https from hosts the pattern
@@ -59,6 +61,7 @@ from senddock.bounces.store import receive_event
 from senddock.config import Settings
 from senddock.errors import Invalid
 from senddock.queue.bounces import SoftLimit
+from senddock.web import webhook_limits
 
 log = logging.getLogger("senddock.web")
 
@@ -115,6 +118,7 @@ def _off() -> JSONResponse:
 
 
 BUSY = {"Retry-After": "5"}
+LATER = {"Retry-After": str(int(webhook_limits.WINDOW.total_seconds()))}
 
 
 class Webhooks:
@@ -171,17 +175,31 @@ class Webhooks:
         )
         return JSONResponse({"new": got.new, "findings": got.findings})
 
+    async def _refused(self, host: str | None) -> Response | None:
+        """429 for a client past its failed signatures (webhook_limits), 503 without Postgres."""
+        try:
+            if not await run_in_threadpool(webhook_limits.refused, self.pool, host):
+                return None
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("webhook: cannot check the client's failures, asking for a retry: %s", exc)
+            return _answer(503, "the database is unavailable: send it again", **BUSY)
+        return _answer(429, "too many failed signatures from your address", **LATER)
+
     async def _run(self, request: Request, handle: Callable[[bytes], Response]) -> Response:
         """Read the (capped) body, then handle it in the thread pool, IN_FLIGHT at a time (a
         client sending its body slowly holds no slot)."""
         body = await request.body()
         if self.slots.locked():
             return _answer(503, "too many webhook requests at once", **BUSY)
+        host = request.client.host if request.client else None
         async with self.slots:
             try:
+                if refused := await self._refused(host):
+                    return refused
                 return await run_in_threadpool(handle, body)
             except providers.Forged as exc:
                 log.warning("webhook %s refused: %s", request.url.path, str(exc)[:200])
+                await run_in_threadpool(webhook_limits.failed, self.pool, host)
                 return _answer(403, "the signature does not hold")
             except providers.NotAnEvent as exc:
                 return _answer(400, f"not an event: {str(exc)[:200]}")
@@ -272,8 +290,12 @@ class Webhooks:
         s = self.settings
         if not s.postmark_webhook_user or s.postmark_webhook_password is None:
             return _off()
+        host = request.client.host if request.client else None
+        if refused := await self._refused(host):
+            return refused
         if not self._postmark_auth(request):
             log.warning("webhook postmark refused: wrong credentials")
+            await run_in_threadpool(webhook_limits.failed, self.pool, host)
             challenge = {"WWW-Authenticate": 'Basic realm="senddock webhooks"'}
             return _answer(401, "wrong credentials", **challenge)
         return await self._run(request, self._postmark)
