@@ -204,19 +204,28 @@ class UnconfirmedJob(BaseModel):
     relay: str | None = Field(description="The SMTP server it went to")
 
 
+# Reports after the relay's 250 (queue.counts.Counts), on the detail and in the list: one
+# definition each, used by both models (the detail keeps the CLI's key order).
+BouncedLater = Annotated[int, Field(description="Hard bounces after the relay's 250")]
+SoftLater = Annotated[int, Field(description="Soft bounces after the relay's 250")]
+PolicyLater = Annotated[int, Field(description="Policy refusals after the relay's 250")]
+Complaints = Annotated[int, Field(description="Spam complaints (feedback loops)")]
+ComplaintRate = Annotated[
+    float, Field(description="Complaints per message sent; Gmail's limit is 0.003")
+]
+
+
 class LaterCounts(BaseModel):
-    """Reports after the relay's 250 (queue.counts.Counts), on the detail and in the list."""
+    """Reports after the relay's 250, as the campaign list carries them."""
 
-    bounced_later: int = Field(default=0, description="Hard bounces after the relay's 250")
-    soft_later: int = Field(default=0, description="Soft bounces after the relay's 250")
-    policy_later: int = Field(default=0, description="Policy refusals after the relay's 250")
-    complaints: int = Field(default=0, description="Spam complaints (feedback loops)")
-    complaint_rate: float = Field(
-        default=0.0, description="Complaints per message sent; Gmail's limit is 0.003"
-    )
+    bounced_later: BouncedLater = 0
+    soft_later: SoftLater = 0
+    policy_later: PolicyLater = 0
+    complaints: Complaints = 0
+    complaint_rate: ComplaintRate = 0.0
 
 
-class CampaignStatus(LaterCounts):
+class CampaignStatus(BaseModel):
     """The same keys as `senddock campaign status --json`."""
 
     id: int
@@ -238,6 +247,11 @@ class CampaignStatus(LaterCounts):
     suppressed: int
     exhausted: int
     rejected: int
+    bounced_later: BouncedLater = 0
+    soft_later: SoftLater = 0
+    policy_later: PolicyLater = 0
+    complaints: Complaints = 0
+    complaint_rate: ComplaintRate = 0.0
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(
