@@ -102,7 +102,7 @@ def test_a_405_names_the_methods_the_path_allows(db_url: str, serve: ServerFacto
         ("DELETE", "/healthz", {}, "GET"),
         ("PUT", "/unsubscribe/anything", {}, "GET, POST"),
         ("DELETE", "/login", {}, "GET, POST"),
-        ("PUT", "/api/v1/campaigns/1", bearer, "GET"),
+        ("PUT", "/api/v1/campaigns/1", bearer, "GET, PATCH, DELETE"),
         ("PUT", "/api/v1/lists", bearer, "GET, POST"),
         ("DELETE", "/api/v1/subscribers/1/", bearer, None),  # no such path: 404, no Allow
         ("POST", "/static/dashboard.js", {}, "GET, HEAD"),

@@ -7,8 +7,10 @@
   if (!form) return;
   var button = form.querySelector("[data-preview-button]");
   var timer = null;
+  var saving = false;
   function refresh() {
     timer = null;
+    if (saving) return;
     if (form.requestSubmit) form.requestSubmit(button);
     else button.click();
   }
@@ -18,5 +20,12 @@
   }
   form.addEventListener("input", soon);
   form.addEventListener("change", soon);
+  // The form is being saved: no preview may follow, or its submission would replace the save's
+  // (a form has one planned navigation; the textarea's change event fires on that very click).
+  form.addEventListener("submit", function (event) {
+    if (event.submitter === button) return;
+    saving = true;
+    if (timer !== null) clearTimeout(timer);
+  });
   refresh();
 })();
