@@ -216,3 +216,44 @@ def test_poll_killed_mid_batch_loses_no_message_and_applies_none_twice(
     assert f"{seen} seen, {seen - len(kept & set(left))} recorded" in again.stderr, again.stderr
     assert in_box(box) == 0
     assert_each_applied_once(conn, bid, dsns)
+
+
+@pytest.mark.parametrize(
+    ("poll_env", "stage", "left", "recorded_again"),
+    [
+        # Killed after the 5th commit, before its flag: it is read again, a duplicate.
+        ("imap", "stored", 8, 7),
+        # Killed between the 5th's flag and its expunge: the next pass expunges it unread.
+        ("imap", "flagged", 7, 7),
+        # POP3 deletes at QUIT only: a kill leaves every message, the 5 are duplicates.
+        ("pop3", "stored", 12, 7),
+    ],
+    indirect=["poll_env"],
+)
+def test_poll_killed_at_each_step_of_a_message_loses_none_and_applies_none_twice(
+    conn: Conn,
+    db_url: str,
+    box: dovecot_box.Mailbox,
+    poll_env: dict[str, str],
+    stage: str,
+    left: int,
+    recorded_again: int,
+) -> None:
+    """A SIGKILL at the exact step (SENDDOCK_TEST_KILL_POLL), not at a moment a timer
+    picks: after the 5th of 12 commits (before its flag), or between its flag and its
+    expunge. Fails if a message left the box before its commit (the box would hold fewer
+    than `left`) or if a re-read applied one twice (assert_each_applied_once)."""
+    bid, dsns = returned(conn, db_url, 12)
+    fill(box, dsns)
+    killed = senddock(
+        {**poll_env, "SENDDOCK_TEST_KILL_POLL": f"{stage}:5"}, "bounces", "poll", "--once"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    kept = {str(r["envelope_to"]) for r in conn.execute("SELECT envelope_to FROM bounce_messages")}
+    assert kept == {to for _, to, _ in dsns[:5]}  # the box's order: the first five
+    assert len(left_in(box)) == left
+    again = senddock(poll_env, "bounces", "poll", "--once")
+    assert again.returncode == 0, again.stderr
+    assert f"{left} seen, {recorded_again} recorded" in again.stderr, again.stderr
+    assert in_box(box) == 0
+    assert_each_applied_once(conn, bid, dsns)

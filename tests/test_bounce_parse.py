@@ -206,7 +206,8 @@ def test_a_real_postfix_relay_returns_a_dsn_naming_exactly_the_refused_recipient
     bounces.start()
     sender = f"b+tok1@{postfix_relay.BOUNCE_DOMAIN}"
     recipients = ["dead1@remote.example", "ok@remote.example", "later@remote.example"]
-    recipients += ["dead2@remote.example", "zoë@remote.example"]
+    # A UTF-8 address refused too: its DSN names it in UTF-8 (RFC 6533), never as U+FFFD.
+    recipients += ["dead2@remote.example", "zoë@remote.example", "deadzoë@bücher.example"]
     try:
         with postfix_relay.private_postfix(free_port(), remote.port, bounces.port) as relay:
             body = (
@@ -228,6 +229,7 @@ def test_a_real_postfix_relay_returns_a_dsn_naming_exactly_the_refused_recipient
     assert got == [
         ("dead1@remote.example", "hard", "5.1.1", "550"),
         ("dead2@remote.example", "hard", "5.1.1", "550"),
+        ("deadzoë@bücher.example", "hard", "5.1.1", "550"),
     ]
     assert report.message_id == "<b7.s1.x@senddock.example.org>"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,22 @@ def still_server(db_url: str, conn: Conn) -> Iterator[Server]:
     yield srv
     srv.stop()
     print(srv.text())
+
+
+@contextmanager
+def chromium(
+    path: str, problems: list[str], viewport: ViewportSize | None = None
+) -> Iterator[Page]:
+    """A page in a new headless Chromium: its script errors go to `problems`, dialogs are
+    accepted, and nothing waits more than 20 s."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path)
+        page = browser.new_page(viewport=viewport or {"width": 1200, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.set_default_timeout(20_000)
+        yield page
+        browser.close()
 
 
 def sign_in(page: Page, server: Server, path: str) -> None:

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from email import message_from_bytes, policy
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from senddock.testing import Catcher
 from senddock.web import auth
 from support import Conn, seed_list, wait_until
-from test_browser import CHROMIUM, chromium_path  # noqa: F401  (the fixture)
+from test_browser import CHROMIUM, chromium, chromium_path, sign_in  # noqa: F401  (a fixture)
 from web_support import Server, start_server
 
 EMAIL, PASSWORD = "admin@example.org", "correct horse battery staple"
@@ -56,17 +56,8 @@ def test_a_draft_is_edited_tested_sent_cloned_archived_and_deleted_in_the_browse
     """Fails without campaign_edit.py (no Edit page, no Reply-To or Send at field)."""
     assert CHROMIUM.exists()
     problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path)
-        page = browser.new_page(viewport={"width": 1200, "height": 1000})
-        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-        page.on("dialog", lambda dialog: dialog.accept())
-        page.set_default_timeout(20_000)
-        page.goto(server.url + "/login")
-        page.get_by_label("Email").fill(EMAIL)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.get_by_role("heading", name="Campaigns").wait_for()
+    with chromium(chromium_path, problems) as page:
+        sign_in(page, server, "/campaigns/new")
 
         # New, with Reply-To and a time a year ahead: scheduled, not sent.
         page.goto(server.url + "/campaigns/new")
@@ -143,10 +134,19 @@ def test_a_draft_is_edited_tested_sent_cloned_archived_and_deleted_in_the_browse
         clone = campaign_id(page)
         assert clone != cid
         page.fill("input[name=subject]", "Noch einmal {{ subscriber.name }}")
+        # The audience and the body's form change on an edit too (issue 22).
+        page.fill("input[name=filter]", 'attributes.city = "Zürich"')
+        page.fill("textarea[name=markdown_body]", "# Noch *einmal*")
         page.get_by_role("button", name="Save draft").click()
+        expect(page.locator(".flash").first).to_contain_text(
+            "changed subject, Markdown body, filter"
+        )
         expect(page.locator("h1")).to_contain_text("Jüne news (sent) (copy)")
         expect(page.locator("p.sub").first).to_contain_text("Noch einmal")
         expect(page.locator(".badge[data-status=draft]").first).to_be_visible()
+        edited = conn.execute(
+            "SELECT markdown_body, audience_filter FROM campaigns WHERE id = %s", (clone,)
+        ).fetchone()
 
         # Archive the sent one: out of the list, under Archived.
         page.goto(server.url + f"/campaigns/{cid}")
@@ -163,7 +163,10 @@ def test_a_draft_is_edited_tested_sent_cloned_archived_and_deleted_in_the_browse
         page.get_by_role("button", name="Delete").click()
         expect(page.locator(".flash").first).to_contain_text(f"Draft {clone} deleted")
         expect(page.locator(f"tr[data-campaign='{clone}']")).to_have_count(0)
-        browser.close()
+    assert edited == {
+        "markdown_body": "# Noch *einmal*",
+        "audience_filter": 'attributes.city = "Zürich"',
+    }
     row = conn.execute("SELECT count(*) AS n FROM campaigns WHERE id = %s", (clone,)).fetchone()
     assert row is not None and row["n"] == 0
     assert problems == []

@@ -6,13 +6,13 @@ SENDDOCK_REQUIRE_BROWSER), as tests/test_browser.py does.
 
 from __future__ import annotations
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from senddock.campaigns import broadcast
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, new_campaign, unfinished, wait_until
-from test_browser import ARTIFACTS, chromium_path, sign_in, still_server  # noqa: F401
+from test_browser import ARTIFACTS, chromium, chromium_path, sign_in, still_server  # noqa: F401
 from web_support import Server
 
 ZOE = "zoë@bücher.example"
@@ -27,12 +27,7 @@ def test_a_day_on_the_dashboard_list_subscriber_edit_join_and_history(
 ) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path)
-        page = browser.new_page(viewport={"width": 1200, "height": 1000})
-        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-        page.on("dialog", lambda dialog: dialog.accept())
-        page.set_default_timeout(20_000)
+    with chromium(chromium_path, problems) as page:
         sign_in(page, still_server, "/lists")
 
         # A new list, then renamed and described on its own page.
@@ -82,6 +77,5 @@ def test_a_day_on_the_dashboard_list_subscriber_edit_join_and_history(
         expect(history.locator(".badge")).to_have_text("sent")
         expect(history).to_contain_text("250")
         page.screenshot(path=str(ARTIFACTS / "subscriber-day.png"), full_page=True)
-        browser.close()
     assert problems == []
     assert catcher.received_count() == 1

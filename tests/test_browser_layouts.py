@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from senddock.web import auth
 from support import Conn, seed_list
-from test_browser import EMAIL, PASSWORD, chromium_path  # noqa: F401  (a fixture)
+from test_browser import EMAIL, PASSWORD, chromium, chromium_path, sign_in  # noqa: F401
 from test_layouts import empty_layouts
 from web_support import Server, start_server
 
@@ -48,17 +47,8 @@ def test_live_preview_renders_markdown_in_the_default_layout_in_a_sandboxed_fram
     conn: Conn,
 ) -> None:
     problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path)
-        page = browser.new_page(viewport={"width": 1200, "height": 1400})
-        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-        page.on("dialog", lambda dialog: dialog.accept())
-        page.set_default_timeout(20_000)
-        # Signed in on the way to the Layouts page (the login brings the browser back).
-        page.goto(server.url + "/layouts")
-        page.fill("input[type=email], input[name=email]", EMAIL)
-        page.fill("input[type=password]", PASSWORD)
-        page.press("input[type=password]", "Enter")
+    with chromium(chromium_path, problems, {"width": 1200, "height": 1400}) as page:
+        sign_in(page, server, "/layouts")  # the login brings the browser back
         page.get_by_role("heading", name="Layouts").wait_for()
 
         # A layout through its form; a broken one first is refused in one line.
@@ -104,5 +94,4 @@ def test_live_preview_renders_markdown_in_the_default_layout_in_a_sandboxed_fram
         page.locator("tr[data-layout='Bücher']").get_by_role("button", name="Delete").click()
         page.wait_for_selector(".flash.error")
         assert "used by 1 campaign" in (page.text_content(".flash.error") or "")
-        browser.close()
     assert problems == []

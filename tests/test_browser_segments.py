@@ -6,11 +6,11 @@ Skips without /usr/bin/chromium unless SENDDOCK_REQUIRE_BROWSER is set (as tests
 
 from __future__ import annotations
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from senddock.audience import segments
 from support import Conn
-from test_browser import chromium_path, sign_in, still_server
+from test_browser import chromium, chromium_path, sign_in, still_server
 from test_segments import seed
 from web_support import Server
 
@@ -25,11 +25,7 @@ def test_the_campaign_form_counts_its_audience_as_the_segment_and_filter_change(
     seed(conn)
     segments.add(conn, "zürich", 'attributes.city = "Zürich"')
     problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path)
-        page = browser.new_page()
-        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-        page.set_default_timeout(20_000)
+    with chromium(chromium_path, problems) as page:
         server = still_server
         sign_in(page, server, "/campaigns/new")
         count = page.locator(COUNT)
@@ -51,7 +47,6 @@ def test_the_campaign_form_counts_its_audience_as_the_segment_and_filter_change(
         page.fill("textarea[name=text_body]", "Hi {{ subscriber.name }}.")
         page.get_by_role("button", name="Save draft").click()
         page.wait_for_url(server.url + "/campaigns/*")
-        browser.close()
     row = conn.execute("SELECT audience_filter, segment_id FROM campaigns").fetchone()
     assert row == {
         "audience_filter": 'attributes.city = "London" and created_at >= 2026-01-01',

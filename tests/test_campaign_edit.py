@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 
 from senddock import queue
-from senddock.campaigns import CampaignError, broadcast, create_campaign, edits, schedule
+from senddock.audience import segments
+from senddock.campaigns import CampaignError, broadcast, create_campaign, edits, layouts, schedule
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.errors import SendDockError
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, seed_list, senddock, unfinished, wait_until, worker_env
+from test_layouts import empty_layouts
+from test_segments import seed
 
 NO_SMTP = "smtp://127.0.0.1:9?tls=none"
 ZOE = "zoë@bücher.example"
@@ -252,3 +255,75 @@ def test_an_archived_campaign_leaves_the_default_list(
     assert listed("--archived") == [str(cid)]
     edits.archive(conn, cid, archived=False)  # `archive --undo`
     assert str(cid) in listed()
+
+
+def test_a_draft_edit_changes_its_markdown_layout_segment_and_filter(
+    db_url: str, conn: Conn, catcher: Catcher, tmp_path: Path
+) -> None:
+    """From the CLI: the Markdown body, the layout and the segment of a draft change, and
+    the broadcast sends what the edit says to whom it says; the filter's '' widens again.
+    Fails without edits.Changes' markdown_body, layout and segment (no such option)."""
+    empty_layouts(db_url)
+    try:
+        seed(conn)
+        segments.add(conn, "londoners", 'attributes.city = "London"')
+        cid = create_campaign(
+            conn,
+            name="Juni",
+            list_name="news",
+            subject="Hi {{ subscriber.name }}",
+            from_addr="news@example.org",
+            text_body="Plain old text\n",
+            audience_filter='attributes.plan = "pro"',
+        )
+        layouts.add_layout(
+            conn, "Rahmen", "<header>KOPF</header>{{ content }}<footer>FUSS</footer>"
+        )
+        md = tmp_path / "b.md"
+        md.write_text("# Grüße, {{ subscriber.name }}\n\n*neu*\n", encoding="utf-8")
+        code, out, err = cli(
+            db_url,
+            *("campaign", "edit", str(cid), "--markdown-file", str(md), "--no-text"),
+            *("--layout", "Rahmen", "--segment", "londoners"),
+        )
+        assert code == 0, err
+        assert out == (f"campaign {cid}: changed text body, Markdown body, layout, segment, filter")
+        row = conn.execute(
+            "SELECT text_body, html_body, markdown_body, layout_id, segment_id, audience_filter"
+            " FROM campaigns WHERE id = %s",
+            (cid,),
+        ).fetchone()
+        assert row is not None and row["audience_filter"] is None and row["html_body"] is None
+        assert row["text_body"] and "Grüße" in row["text_body"]  # derived once, here
+        code, shown, err = cli(db_url, "campaign", "show", str(cid))
+        assert code == 0, err
+        assert "  layout     Rahmen\n" in shown and "  segment    londoners\n" in shown
+        assert "  filter     -" in shown and "  html body  -" in shown
+        # A filter that would be SQL is a parse error; nothing changes.
+        err = refused(db_url, "campaign", "edit", str(cid), "--filter", "1=1; DROP TABLE x")
+        assert err.startswith("senddock: error: segment: unexpected character ';'"), err
+        send_all(db_url, conn, catcher, cid, 3)
+        got = received(catcher)
+        londoners = {"ada@example.org", "bob@example.org", "eve@example.org"}
+        assert set(got) == londoners
+        msg = got["ada@example.org"]
+        html_part = msg.get_body(("html",))
+        assert html_part is not None
+        html = str(html_part.get_content())
+        assert "KOPF" in html and "FUSS" in html and "<h1>Grüße, ada</h1>" in html
+        assert "Plain old text" not in msg.as_string()
+
+        # A clone keeps all four; its edit clears the segment: every subscriber of the list.
+        copy = edits.clone(conn, cid)
+        assert edits.edit(conn, copy, edits.Changes(segment="")) == ["segment"]
+        row = conn.execute(
+            "SELECT segment_id, layout_id, markdown_body FROM campaigns WHERE id = %s", (copy,)
+        ).fetchone()
+        assert row is not None and row["segment_id"] is None and row["layout_id"] is not None
+        assert edits.edit(conn, copy, edits.Changes(layout="none")) == ["layout"]
+        # The sent one keeps its layout: 409.
+        with pytest.raises(CampaignError) as caught:
+            edits.edit(conn, cid, edits.Changes(layout="none"))
+        assert caught.value.status == 409 and caught.value.field == "layout"
+    finally:
+        empty_layouts(db_url)

@@ -61,6 +61,27 @@ def test_a_campaign_changes_through_the_api_as_far_as_its_broadcast_allows(
         error(api.patch(f"/api/v1/campaigns/{cid}", json={"lists": ["gone"]}), 422)["field"]
         == "lists"
     )
+    # The Markdown body and a filter of its own, then the filter gone again (issue 22).
+    r = api.patch(
+        f"/api/v1/campaigns/{cid}",
+        json={"markdown_body": "# Hallo {{ subscriber.name }}", "filter": 'attributes.x = "ü"'},
+    )
+    assert r.status_code == 200, r.text
+    row = conn.execute(
+        "SELECT markdown_body, audience_filter FROM campaigns WHERE id = %s", (cid,)
+    ).fetchone()
+    assert row == {
+        "markdown_body": "# Hallo {{ subscriber.name }}",
+        "audience_filter": 'attributes.x = "ü"',
+    }
+    bad = error(api.patch(f"/api/v1/campaigns/{cid}", json={"filter": "x'; DROP TABLE s"}), 422)
+    assert bad["field"] == "filter"
+    assert error(api.patch(f"/api/v1/campaigns/{cid}", json={"layout": "gone"}), 422)["field"] == (
+        "layout"
+    )
+    assert api.patch(f"/api/v1/campaigns/{cid}", json={"filter": ""}).status_code == 200
+    row = conn.execute("SELECT audience_filter FROM campaigns WHERE id = %s", (cid,)).fetchone()
+    assert row == {"audience_filter": None}
     assert api.post(f"/api/v1/campaigns/{cid}/send").status_code == 202
     refused = error(api.patch(f"/api/v1/campaigns/{cid}", json={"subject": "Late"}), 409)
     assert refused["field"] == "subject" and "sending" in refused["message"]

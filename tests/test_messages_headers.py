@@ -318,3 +318,19 @@ def test_a_signed_link_is_unguessable_and_a_tampered_one_is_refused() -> None:
     assert verify(key, "confirm", token) is None
     for junk in ("", ".", "42.7", "42.7.", f"{ids}.{mac}=", f"{ids}.{mac}x", "a.b.c"):
         assert verify(key, UNSUBSCRIBE, junk) is None
+
+
+def test_the_preference_link_is_signed_only_for_a_message_that_shows_it() -> None:
+    """One HMAC a message saved where no part names `preferences_url`; where one does (the
+    HTML part only, here), every recipient's link is there and signed for that purpose.
+    Fails without CompiledMessage.shows_preferences (the link was made for every message)."""
+    links = Links(PUBLIC, b"k" * 32, 3, "news@example.org")
+    plain = compile_message("Hi", "news@example.org", "Hello {{ name }}", links=links)
+    assert plain.shows_preferences is False
+    assert plain.preferences(Recipient("a@example.com", "", {}, 9)) == ""
+    html = "<p>Hi</p><a href='{{ preferences_url }}'>Your lists</a>"
+    shown = compile_message("Hi", "news@example.org", "Hi", html, links=links)
+    assert shown.shows_preferences is True
+    page = bodies(parse(shown.render(Recipient("a@example.com", "", {}, 9), "<m@x>")))
+    assert links.preferences(9) in page["text/html"]
+    assert links.preferences(9) != f"{PUBLIC}/preferences/{links.token(9)}"  # its own purpose

@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from senddock.audience import signup
 from senddock.audience.lists import configure
 from senddock.testing import Catcher
 from senddock.web import auth
 from support import Conn
-from test_browser import chromium_path  # noqa: F401  (the fixture: skips without Chromium)
+from test_browser import chromium, chromium_path, sign_in  # noqa: F401  (a fixture)
 from web_support import Server, start_server
 
 EMAIL, PASSWORD = "admin@example.org", "correct horse battery staple"
@@ -37,24 +36,17 @@ def test_the_list_page_shows_a_form_that_signs_up_from_another_page(
     news = configure(conn, "news", double_opt_in=True, from_addr="News <news@example.org>")
     signup.set_public(conn, news, True)
     configure(conn, "staff")  # private: no form shown
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path)
-        page = browser.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(server.url + "/login")
-        page.get_by_label("Email").fill(EMAIL)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.get_by_role("heading", name="Campaigns").wait_for()
-
-        page.goto(server.url + "/lists")
+    problems: list[str] = []
+    with chromium(chromium_path, problems) as page:
+        sign_in(page, server, "/lists")
         page.get_by_role("heading", name="Sign-up form of news").wait_for()
         assert page.get_by_role("heading", name="Sign-up form of staff").count() == 0
         form = page.get_by_label("Sign-up form HTML of news").input_value()
         assert 'name="website"' in form
 
         # Pasted into someone else's page (the default public URL points at this server).
-        other = browser.new_page()
+        assert page.context.browser is not None
+        other = page.context.browser.new_page()  # a page of its own, not signed in
         other.set_content(
             "<!doctype html><title>My blog</title>" + form.replace(DEFAULT_PUBLIC_URL, server.url)
         )
@@ -62,7 +54,6 @@ def test_the_list_page_shows_a_form_that_signs_up_from_another_page(
         other.get_by_label("Name").fill("Zoë")
         other.get_by_role("button", name="Subscribe to news").click()
         other.get_by_role("heading", name="Thank you").wait_for()
-        browser.close()
 
     assert catcher.wait_for(1)  # the sign-up is applied, then its request mailed
     row = conn.execute(

@@ -891,6 +891,10 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
         ("broadcast", c["broadcast_id"] or "-"),
         ("text body", plural(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
         ("html body", plural(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
+        ("markdown", plural(c["markdown_bytes"], "byte") if c["markdown_bytes"] else "-"),
+        ("layout", c["layout"] or "-"),
+        ("segment", c["segment"] or "-"),
+        ("filter", c["filter"] or "-"),
         ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
         ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
         ("archived", f"{c['archived_at']:%Y-%m-%d %H:%M:%S %z}" if c["archived_at"] else "no"),
@@ -910,6 +914,10 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
 @click.option("--html-file", type=click.Path(), help="A new HTML body.")
 @click.option("--no-text", is_flag=True, help="Remove the text body (derived from the HTML).")
 @click.option("--no-html", is_flag=True, help="Remove the HTML body.")
+@click.option("--markdown-file", type=click.Path(), help="A new Markdown body (replaces the HTML).")
+@click.option("--layout", help="A layout by name; \"none\": no layout; '': the default one.")
+@click.option("--segment", help="A saved segment narrowing the lists; '' for none.")
+@click.option("--filter", "audience_filter", help="A filter of its own; '' for none.")
 @click.option(
     "--list", "lists", multiple=True, help="The lists it goes to (repeatable; all of them)."
 )
@@ -923,6 +931,10 @@ def edit_cmd(
     html_file: str | None,
     no_text: bool,
     no_html: bool,
+    markdown_file: str | None,
+    layout: str | None,
+    segment: str | None,
+    audience_filter: str | None,
     lists: tuple[str, ...],
 ) -> None:
     """Change a draft, checked like create; a campaign sent or scheduled is refused (its name
@@ -938,6 +950,10 @@ def edit_cmd(
         reply_to=reply_to,
         text_body="" if no_text else _read(text_file, "text file"),
         html_body="" if no_html else _read(html_file, "html file"),
+        markdown_body=_read(markdown_file, "markdown file"),
+        layout=layout,
+        segment=segment,
+        audience_filter=audience_filter,
         lists=lists or None,
     )
     if not changes.given():

@@ -116,9 +116,11 @@ def _blocks(part: Message) -> list[Message]:
         blocks.append(block)
         # message/global-delivery-status (RFC 6533, what Postfix sends for an SMTPUTF8
         # message) is parsed as one message: its first block's headers, the rest as a body.
-        rest = block.get_payload()
-        if isinstance(rest, str) and rest.strip():
-            blocks.extend(_split_blocks(rest))
+        # Read as octets: its recipients may be UTF-8 (`utf-8; zoë@bücher.example`), which
+        # the text payload would show as U+FFFD.
+        rest = block.get_payload(decode=True)
+        if isinstance(rest, bytes) and rest.strip():
+            blocks.extend(_split_blocks(rest.decode("utf-8", "replace")))
     return blocks
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import os
 import poplib
+import signal
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,17 @@ from imapclient import IMAPClient  # type: ignore[import-untyped]
 
 from senddock.bounces.parse import MAX_BYTES
 from senddock.bounces.store import Received
+
+# Test hook (the crash tests): "stored:N" SIGKILLs the poller once the Nth message of its pass
+# is committed, before it leaves the mailbox; "flagged:N" once the Nth is flagged \Deleted,
+# before its expunge (IMAP). Unset in production.
+KILL_POLL = os.environ.get("SENDDOCK_TEST_KILL_POLL") or None
+
+
+def _kill_at(stage: str, done: Pass) -> None:
+    if KILL_POLL is not None and f"{stage}:{done.seen}" == KILL_POLL:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 Store = Callable[[bytes, str | None], Received]
 Tls = Literal["none", "starttls", "tls"]
@@ -127,11 +140,13 @@ def _imap(box: Mailbox, store: Store, done: Pass, limit: int) -> None:
             raw = next((v for k, v in fetched.items() if k.startswith(b"BODY[]")), b"")
             done.seen += 1
             _stored(store, bytes(raw), done)
+            _kill_at("stored", done)
             # Committed: now, and only now, it may leave the mailbox.
             if box.move_to:
                 client.move([uid], box.move_to)
             else:
                 client.delete_messages([uid])
+                _kill_at("flagged", done)
                 client.uid_expunge([uid]) if client.has_capability("UIDPLUS") else client.expunge()
 
 
@@ -159,6 +174,7 @@ def _pop3(box: Mailbox, store: Store, done: Pass, limit: int) -> None:
                 raw = b"\r\n".join(pop.retr(number)[1]) + b"\r\n"
             done.seen += 1
             _stored(store, raw, done)
+            _kill_at("stored", done)
             pop.dele(number)  # applied at QUIT: a crash before it re-reads, deduplicated
         pop.quit()
     except BaseException:

@@ -121,12 +121,12 @@ def check_fields(
     html_body: str | None,
     reply_to: str | None,
     *,
-    layout: str | None = "none",
+    layout: str | int | None = "none",
     markdown_body: str | None = None,
 ) -> Chosen:
     """Every check a campaign's fields pass before they are stored (create and edit alike),
     each failure one line naming its field; the bodies as checked, inside `layout` (a name,
-    None for the default one, "none" for none: an edit checks its bodies alone)."""
+    None for the default one, "none" for none, or the id an edited campaign keeps)."""
     check_header("campaign name", name, field="name")
     # TemplateProblem / HeaderError, with the part and line; then with its layout.
     chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)

@@ -19,10 +19,14 @@ from typing import Any
 import psycopg
 
 from senddock import queue
+from senddock.audience.segment_filter import check as check_filter
+from senddock.audience.segments import find as find_segment
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign, check_fields, lists_of
+from senddock.campaigns.layouts import NO_LAYOUT, LayoutNotFound, UnknownLayout, layout_for_campaign
 from senddock.db import sql
 from senddock.errors import Invalid
-from senddock.messages import check_header
+from senddock.messages import check_header, html_to_text
+from senddock.messages.layout import bodies
 
 Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "edits.sql")
@@ -36,7 +40,27 @@ LABELS = {
     "reply_to": "Reply-To",
     "text_body": "text body",
     "html_body": "HTML body",
+    "markdown_body": "Markdown body",
 }
+
+# A stored column as the CLI, the API and errors name the field (`layout`, not `layout_id`).
+FIELDS = {"layout_id": "layout", "segment_id": "segment", "audience_filter": "filter"}
+
+# A campaign's stored fields that an edit may change (its lists apart), as `current` reads them.
+STORED = (
+    "name",
+    "subject",
+    "from_addr",
+    "reply_to",
+    "text_body",
+    "html_body",
+    "markdown_body",
+    "layout_id",
+    "segment_id",
+    "audience_filter",
+)
+# The bodies and headers: a value as given, '' clearing it.
+TEXTS = ("name", "subject", "from_addr", "reply_to", "text_body", "html_body", "markdown_body")
 
 
 def said(changed: list[str]) -> str:
@@ -50,8 +74,11 @@ FINISHED = ("sent", "cancelled")
 
 @dataclass(frozen=True)
 class Changes:
-    """What an edit sets; None leaves a field as it is. An empty reply_to, text_body or
-    html_body clears it (a campaign still needs one body)."""
+    """What an edit sets; None leaves a field as it is. An empty reply_to, text_body,
+    html_body or markdown_body clears it (a campaign still needs one body); a Markdown body
+    replaces the HTML one and the other way round. `layout` is a layout's name, "none" for
+    none, '' for the default one; `segment` a saved segment's name and `audience_filter` a
+    filter of its own, each replacing the other, '' for neither."""
 
     name: str | None = None
     subject: str | None = None
@@ -59,6 +86,10 @@ class Changes:
     reply_to: str | None = None
     text_body: str | None = None
     html_body: str | None = None
+    markdown_body: str | None = None
+    layout: str | None = None
+    segment: str | None = None
+    audience_filter: str | None = None
     lists: Sequence[str] | None = None
 
     def given(self) -> list[str]:
@@ -84,7 +115,7 @@ def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, dict[str, Any
 def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
     """CampaignError (409) when `changed` (not only the name) would alter what a broadcast
     sends or is about to send."""
-    fixed = [f for f in changed if f != "name"]
+    fixed = [FIELDS.get(f, f) for f in changed if f != "name"]
     if not fixed:
         return
     what = said(fixed)
@@ -104,21 +135,60 @@ def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
         )
 
 
+def derived_text(markdown_body: str | None) -> str | None:
+    """The text body a Markdown body gets when none is given (create derives it once)."""
+    if not markdown_body:
+        return None
+    return html_to_text(bodies(None, None, None, markdown_body)[1] or "")
+
+
+def _new_fields(conn: Conn, row: dict[str, Any], changes: Changes) -> dict[str, Any]:
+    """The stored fields as `changes` leaves them (not yet checked together)."""
+    new = {k: row[k] for k in STORED}
+    for key in changes.given():
+        value = getattr(changes, key)
+        if key in REQUIRED and not value.strip():
+            raise Invalid(f"the campaign's {REQUIRED[key]} cannot be empty", field=key)
+        if key in TEXTS:
+            new[key] = value or None
+    if changes.markdown_body and changes.html_body:
+        raise Invalid("give an HTML body or a Markdown body, not both", field="markdown_body")
+    if changes.markdown_body:
+        new["html_body"] = None
+    elif changes.html_body:
+        new["markdown_body"] = None
+    if (
+        new["markdown_body"] != row["markdown_body"]
+        and changes.text_body is None
+        and row["text_body"] == derived_text(row["markdown_body"])
+    ):
+        new["text_body"] = None  # derived from the old Markdown: derived again (check_fields)
+    if changes.layout is not None:
+        try:
+            found = layout_for_campaign(conn, changes.layout or None)  # '': the default
+        except UnknownLayout as exc:
+            raise LayoutNotFound(exc.message, field="layout") from exc
+        new["layout_id"] = found.id if found else None
+    if changes.segment and changes.audience_filter:
+        raise Invalid("give a segment or a filter, not both", field="filter")
+    if changes.segment is not None:
+        new["segment_id"] = find_segment(conn, changes.segment).id if changes.segment else None
+        new["audience_filter"] = None
+    if changes.audience_filter is not None:
+        own = changes.audience_filter.strip()
+        new["audience_filter"] = check_filter(own) if own else None  # SegmentError
+        if own:
+            new["segment_id"] = None
+    return new
+
+
 def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
-    """Apply `changes`, checked like create (templates against real subscribers, headers,
-    addresses, lists); the fields that changed (empty: nothing did)."""
+    """Apply `changes`, checked like create (templates inside the campaign's layout against
+    real subscribers, headers, addresses, lists, segment and filter); the fields that changed
+    (empty: nothing did)."""
     with conn.transaction():
         c, row = _locked(conn, campaign_id)
-        new = {
-            k: row[k]
-            for k in ("name", "subject", "from_addr", "reply_to", "text_body", "html_body")
-        }
-        for key in changes.given():
-            value = getattr(changes, key)
-            if key in REQUIRED and not value.strip():
-                raise Invalid(f"the campaign's {REQUIRED[key]} cannot be empty", field=key)
-            if key != "lists":
-                new[key] = value or None
+        new = _new_fields(conn, row, changes)
         list_ids = list(row["list_ids"])
         if changes.lists is not None:
             list_ids = sorted(set(lists_of(conn, changes.lists)))  # UnknownList
@@ -128,9 +198,9 @@ def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
         if not changed:
             return []
         _refuse(c, row, changed)
-        if not new["text_body"] and not new["html_body"]:
+        if not new["text_body"] and not new["html_body"] and not new["markdown_body"]:
             raise Invalid("a campaign needs a text body, an HTML body or both", field="text_body")
-        check_fields(
+        chosen = check_fields(
             conn,
             new["name"],
             list_ids,
@@ -139,12 +209,16 @@ def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
             new["text_body"],
             new["html_body"],
             new["reply_to"],
+            layout=new["layout_id"] if new["layout_id"] is not None else NO_LAYOUT,
+            markdown_body=new["markdown_body"],
         )
+        new["text_body"] = chosen.text_body
+        changed = [k for k in changed if k == "lists" or new[k] != row[k]]
         conn.execute(QUERIES["update_fields"], {**new, "c": campaign_id})
         if "lists" in changed:
             conn.execute(QUERIES["drop_lists"], {"c": campaign_id})
             conn.execute(QUERIES["insert_lists"], {"c": campaign_id, "lists": list_ids})
-    return changed
+    return [FIELDS.get(k, k) for k in changed]
 
 
 def clone(conn: Conn, campaign_id: int, name: str | None = None) -> int:

@@ -7,17 +7,21 @@
 -- A campaign's editable fields and its lists, read under the caller's lock, to tell what an
 -- edit changes.
 SELECT c.name, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.send_at,
-       c.archived_at,
+       c.archived_at, c.markdown_body, c.layout_id, c.segment_id, c.audience_filter,
+       (SELECT l.name FROM layouts l WHERE l.id = c.layout_id) AS layout_name,
+       (SELECT g.name FROM segments g WHERE g.id = c.segment_id) AS segment_name,
        array(SELECT cl.list_id FROM campaign_lists cl WHERE cl.campaign_id = c.id
              ORDER BY cl.list_id) AS list_ids
 FROM campaigns c WHERE c.id = %(c)s
 
 -- name: update_fields
--- A draft's new fields, all checked like create's before this statement (the row is locked and
+-- A draft's new fields (layout, Markdown, segment and filter too), all checked like create's before this statement (the row is locked and
 -- still a draft with no broadcast, so nothing enqueued is rendered from the old ones).
 UPDATE campaigns
 SET name = %(name)s, subject = %(subject)s, from_addr = %(from_addr)s, reply_to = %(reply_to)s,
-    text_body = %(text_body)s, html_body = %(html_body)s, updated_at = now()
+    text_body = %(text_body)s, html_body = %(html_body)s, markdown_body = %(markdown_body)s,
+    layout_id = %(layout_id)s, segment_id = %(segment_id)s, audience_filter = %(audience_filter)s,
+    updated_at = now()
 WHERE id = %(c)s
 
 -- name: drop_lists

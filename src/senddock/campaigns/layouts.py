@@ -189,8 +189,11 @@ def set_default(conn: Conn, ref: str | int | None) -> LayoutRow | None:
     return None
 
 
-def layout_for_campaign(conn: Conn, layout: str | None) -> LayoutRow | None:
-    """The layout a new campaign gets: the one named, none for "none", else the default."""
+def layout_for_campaign(conn: Conn, layout: str | int | None) -> LayoutRow | None:
+    """The layout a new campaign gets: the one named (or an id, as an edit keeps it), none
+    for "none", else the default."""
+    if isinstance(layout, int):
+        return get_layout(conn, layout)
     if layout is not None and layout.strip().lower() == NO_LAYOUT:
         return None
     if layout:
@@ -217,7 +220,7 @@ class Chosen:
 
 def checked_bodies(
     conn: Conn,
-    layout: str | None,
+    layout: str | int | None,
     subject: str,
     from_addr: str,
     text_body: str | None,

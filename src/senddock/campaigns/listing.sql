@@ -20,5 +20,9 @@ SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.reply_to,
                  JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = c.id), '{}') AS lists,
        c.send_at, c.schedule_error, c.broadcast_id, c.created_at, c.updated_at, c.archived_at,
        coalesce(octet_length(c.text_body), 0) AS text_bytes,
-       coalesce(octet_length(c.html_body), 0) AS html_bytes
+       coalesce(octet_length(c.html_body), 0) AS html_bytes,
+       coalesce(octet_length(c.markdown_body), 0) AS markdown_bytes,
+       (SELECT l.name FROM layouts l WHERE l.id = c.layout_id) AS layout,
+       (SELECT g.name FROM segments g WHERE g.id = c.segment_id) AS segment,
+       c.audience_filter AS filter
 FROM campaigns c WHERE c.id = %s

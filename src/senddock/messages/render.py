@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 import idna
-from jinja2 import ChainableUndefined, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2 import ChainableUndefined, TemplateError, TemplateSyntaxError, UndefinedError, meta
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -245,6 +245,9 @@ def _compile(env: ImmutableSandboxedEnvironment, part: str, source: str) -> Any:
             f"{part} template, line {exc.lineno}: {exc.message}", field=PART_FIELDS[part]
         ) from exc
     template.senddock_part = part
+    # The names it reads from the context (a signed link is made only for a template that
+    # shows it): parsed once more, at compile time only.
+    template.senddock_names = frozenset(meta.find_undeclared_variables(env.parse(source)))
     return template
 
 
@@ -389,6 +392,14 @@ class CompiledMessage:
     reply_to_header: str | None = None
     links: Links | None = None
 
+    def __post_init__(self) -> None:
+        # The preference link is signed per message only if a part shows it (an HMAC saved).
+        self.shows_preferences = any(
+            "preferences_url" in getattr(t, "senddock_names", ("preferences_url",))
+            for t in (self.subject, self.text, self.html)
+            if t is not None
+        )
+
     def unsubscribe(self, rcpt: Recipient) -> Unsubscribe | None:
         """The recipient's unsubscribe link, if this campaign's links are signed."""
         if self.links is None or rcpt.subscriber_id is None:
@@ -396,8 +407,9 @@ class CompiledMessage:
         return self.links.unsubscribe(rcpt.subscriber_id)
 
     def preferences(self, rcpt: Recipient) -> str:
-        """The recipient's preference page, or '' (a test send, unsigned links)."""
-        if self.links is None or rcpt.subscriber_id is None:
+        """The recipient's preference page, or '' (a test send, unsigned links, or no part
+        that shows it)."""
+        if self.links is None or rcpt.subscriber_id is None or not self.shows_preferences:
             return ""
         return self.links.preferences(rcpt.subscriber_id)
 

@@ -313,7 +313,10 @@ def get_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
 def edit_campaign(conn: Db, campaign_id: CampaignId, body: s.CampaignEdit) -> s.CampaignStatus:
     """Change a draft, checked like create (422 naming the field); a campaign sent, sending or
     scheduled keeps what it sends (409 with the reason; its name may change)."""
-    edits.edit(conn, campaign_id, edits.Changes(**body.model_dump(exclude_unset=True)))
+    given = body.model_dump(exclude_unset=True)
+    if "filter" in given:
+        given["audience_filter"] = given.pop("filter")
+    edits.edit(conn, campaign_id, edits.Changes(**given))
     return _status(conn, campaign_id)
 
 

@@ -315,7 +315,8 @@ class CampaignIn(Strict):
 
 class CampaignEdit(Strict):
     """The fields to change (issue 22); those left out stay. An empty `reply_to`,
-    `text_body` or `html_body` removes it; `lists` replaces every list."""
+    `text_body`, `html_body` or `markdown_body` removes it; `lists` replaces every list;
+    a Markdown body replaces the HTML one, a segment the filter, and the other way round."""
 
     name: Line | None = Field(default=None, min_length=1)
     lists: list[Name] | None = Field(default=None, min_length=1, max_length=100)
@@ -324,6 +325,12 @@ class CampaignEdit(Strict):
     text_body: Body | None = None
     html_body: Body | None = None
     reply_to: Body | None = None
+    markdown_body: Body | None = Field(default=None, description="Instead of html_body")
+    layout: Body | None = Field(
+        default=None, description='A layout name; "none": no layout; "": the default one'
+    )
+    segment: Body | None = Field(default=None, description='A saved segment; "": none')
+    filter: Body | None = Field(default=None, description='A filter of its own; "": none')
 
 
 class CloneIn(Strict):

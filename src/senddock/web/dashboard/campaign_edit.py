@@ -14,7 +14,9 @@ from starlette.responses import Response
 
 from senddock import campaigns
 from senddock.audience.lists import all_lists
+from senddock.audience.segments import all_segments as saved_segments
 from senddock.campaigns import edits
+from senddock.campaigns.layouts import NO_LAYOUT, list_layouts
 from senddock.campaigns.listing import show
 from senddock.campaigns.trial import send_test
 from senddock.errors import Invalid, NotFound, SendDockError
@@ -101,6 +103,8 @@ def _page(
         action=f"/campaigns/{c['id']}/edit",
         campaign=c,
         lists=all_lists(conn),
+        layouts=list_layouts(conn),
+        segments=saved_segments(conn),
         form=form,
         error=error,
     )
@@ -123,6 +127,10 @@ def _stored(conn: Conn, campaign_id: int) -> tuple[dict[str, Any], dict[str, Any
         "send_at": shown_time(c["send_at"]),
         "text_body": row["text_body"] or "",
         "html_body": row["html_body"] or "",
+        "markdown_body": row["markdown_body"] or "",
+        "layout": row["layout_name"] or NO_LAYOUT,
+        "segment": row["segment_name"] or "",
+        "filter": row["audience_filter"] or "",
     }
     return c, form
 
@@ -151,6 +159,10 @@ def edit(request: Request, campaign_id: int, form: CampaignForm) -> Response:
     return redirect(f"/campaigns/{campaign_id}")
 
 
+# The form's fields an edit compares with the stored ones (lists and schedule apart).
+EDITED = edits.TEXTS + tuple(edits.FIELDS.values())
+
+
 def _save(conn: Conn, campaign_id: int, form: dict[str, Any], before: dict[str, Any]) -> list[str]:
     """Apply the form: unschedule first (an edit of a scheduled draft is refused), then the
     fields, then the new time; the fields that changed."""
@@ -162,10 +174,12 @@ def _save(conn: Conn, campaign_id: int, form: dict[str, Any], before: dict[str, 
     # with CRLF comes back from the browser with LF): a sent campaign's rename stays a rename.
     same = {
         k: form[k] == (before[k].replace("\r\n", "\n") if isinstance(before[k], str) else before[k])
-        for k in ("name", "subject", "from_addr", "reply_to", "text_body", "html_body")
+        for k in EDITED
     }
+    given = {k: None if same[k] else form[k] for k in same}
     changes = edits.Changes(
-        **{k: None if same[k] else form[k] for k in same},
+        **{k: v for k, v in given.items() if k != "filter"},
+        audience_filter=given["filter"],
         lists=form["lists"],
     )
     changed = edits.edit(conn, campaign_id, changes)
