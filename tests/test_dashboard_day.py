@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
+from senddock.audience.lists import configure
 from senddock.testing import Catcher
 from senddock.web import auth
 from support import Conn, ThreadWorker, jobs, seed_list, send_campaign, unfinished, wait_until
@@ -265,3 +266,35 @@ def test_the_settings_page_shows_what_workers_use_and_never_a_secret(server: Ser
     for secret in (RELAY_PASSWORD, quote(RELAY_PASSWORD), html.escape(RELAY_PASSWORD), MAILGUN_KEY):
         assert secret not in text
     assert json.dumps(RELAY_PASSWORD) not in text
+
+
+def test_joining_a_double_opt_in_list_on_the_dashboard_mails_its_confirmation_request(
+    pg_url: str, conn: Conn, catcher: Catcher
+) -> None:
+    """As `subscribers add` and the API do: added to a double opt-in list, or put on one from
+    their page, the person gets the confirmation request now, and the page says so. Fails
+    without subscriber_pages.asked_to_confirm (the membership waited with nothing sent)."""
+    configure(conn, "Leseratten", double_opt_in=True, from_addr="Bücher <news@example.org>")
+    seed_list(conn, "weekly", [])
+    auth.create_admin(conn, EMAIL, PASSWORD)
+    for started in servers(pg_url):
+        srv = started(catcher.url, workers=False)
+        with logged_in(srv) as (http, csrf):
+            added = http.post(
+                "/subscribers",
+                data={"csrf": csrf, "email": ZOE, "name": "Zoë", "lists": ["weekly"]},
+            )
+            assert added.status_code == 303
+            assert catcher.received() == []  # a single opt-in list asks nothing
+            row = subscriber_row(conn, ZOE)
+            joined = http.post(
+                f"/subscribers/{row['id']}/join", data={"csrf": csrf, "list_name": "Leseratten"}
+            )
+            assert joined.status_code == 303
+            assert catcher.wait_for(1)
+            page = http.get(f"/subscribers/{row['id']}").text
+        assert f"A confirmation request for Leseratten went to {html.escape(ZOE)}" in page
+    [got] = catcher.received()
+    assert got.rcpt == "zoë@xn--bcher-kva.example"
+    assert "/confirm/" in got.data.decode()
+    assert memberships(conn, row["id"]) == {"weekly": "confirmed", "Leseratten": "unconfirmed"}

@@ -1010,7 +1010,7 @@ def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
         results = send_test(conn, campaign_id, list(addresses), s, s)
     failed = 0
     for address, reply in results:
-        ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
+        ok = reply.accepted
         failed += 0 if ok else 1
         click.echo(f"{address}: {'sent' if ok else 'NOT sent'} ({reply.summary()})")
     if failed:
@@ -1172,7 +1172,7 @@ def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: st
     s = settings()
     key = compose.link_key(conn, s)
     for list_name, reply in optin.send_requests(conn, address, key, s, s):
-        ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
+        ok = reply.accepted
         if not ok:
             raise Fail(f"confirmation request for {list_name!r} not sent: {reply.summary()}")
         click.echo(f"confirmation request for {list_name!r} sent to {address}", err=True)

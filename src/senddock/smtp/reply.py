@@ -34,6 +34,11 @@ class Reply:
             object.__setattr__(self, "text", text)
 
     @property
+    def accepted(self) -> bool:
+        """The server took the message: a 2xx to its DATA."""
+        return self.stage == "data" and self.code is not None and 200 <= self.code < 300
+
+    @property
     def enhanced(self) -> str | None:
         """The RFC 3463 enhanced status code at the start of the text, if any."""
         m = _ENHANCED.match(self.text)

@@ -78,10 +78,6 @@ def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
     return s.Subscriber(**subscribers_api.show(conn, address))
 
 
-def _ok(reply: Any) -> bool:
-    return bool(reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300)
-
-
 # -- subscribers ----------------------------------------------------------------------------
 
 
@@ -120,7 +116,7 @@ def add_subscriber(request: Request, conn: Db, body: s.SubscriberIn) -> s.Subscr
             conn, address, state.link_key, state.settings, state.settings
         ):
             sent.append(
-                s.ConfirmationRequest(list=list_name, sent=_ok(reply), reply=reply.summary())
+                s.ConfirmationRequest(list=list_name, sent=reply.accepted, reply=reply.summary())
             )
     return s.SubscriberCreated(**_subscriber(conn, sid).model_dump(), confirmation_requests=sent)
 
@@ -390,7 +386,7 @@ def test_campaign(
     """Send the rendered message to these addresses now (no broadcast); the relay's replies."""
     state = request.app.state
     results = send_test(conn, campaign_id, body.to, state.settings, state.settings)
-    return [s.TestResult(address=a, sent=_ok(r), reply=r.summary()) for a, r in results]
+    return [s.TestResult(address=a, sent=r.accepted, reply=r.summary()) for a, r in results]
 
 
 @router.post(

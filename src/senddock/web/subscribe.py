@@ -128,7 +128,7 @@ def _sign_up_and_mail(
     s = request.app.state.settings
     try:
         for list_name, reply in optin.deliver(rows, request.app.state.link_key, s, s):
-            ok = reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300
+            ok = reply.accepted
             if not ok:
                 log.warning("sign-up to %r: request not sent: %s", list_name, reply.summary())
     except Exception:

@@ -250,7 +250,7 @@ def test_send(request: Request, campaign_id: int, to: Annotated[str, Form()] = "
         if not to.strip():
             raise Invalid("Give an address to send the test to.", field="to")
         [(address, reply)] = send_test(conn, campaign_id, [to], settings, settings)
-        if reply.stage == "data" and reply.code is not None and 200 <= reply.code < 300:
+        if reply.accepted:
             return f"Test sent to {address} ({reply.summary()}).", back
         raise Invalid(f"The test to {address} was not accepted: {reply.summary()}", field="to")
 

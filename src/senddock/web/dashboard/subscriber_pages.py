@@ -14,7 +14,7 @@ from fastapi import APIRouter, Form
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.audience import subscribers
+from senddock.audience import optin, subscribers
 from senddock.audience.lists import all_lists, find_list
 from senddock.errors import Invalid, NotFound, SendDockError
 from senddock.web import queries
@@ -87,8 +87,23 @@ def add_subscriber(
                 form=form,
                 error=exc.message,
             )
-    flash(request, f"{email.strip()} added.")
+        said = asked_to_confirm(request, conn, queries.subscriber_email(conn, sid) or email)
+    flash(request, f"{email.strip()} added.{said}")
     return redirect(f"/subscribers/{sid}")
+
+
+def asked_to_confirm(request: Request, conn: Conn, email: str) -> str:
+    """Mail the confirmation request of each membership of `email` that waits for one (a
+    double opt-in list: as `subscribers add` and the API do), and say how each went: '' when
+    none waits. A relay that refuses is said, never raised: the membership stays."""
+    state, said = request.app.state, ""
+    settings = state.settings
+    for name, reply in optin.send_requests(conn, email, state.link_key, settings, settings):
+        if reply.accepted:
+            said += f" A confirmation request for {name} went to {email}."
+        else:
+            said += f" The confirmation request for {name} was not sent ({reply.summary()})."
+    return said
 
 
 def _page(
@@ -191,7 +206,7 @@ def join_list(
     def join(conn: Conn, email: str) -> str:
         find_list(conn, wanted)  # the page offers existing lists: never make one here
         subscribers.update(conn, email, lists=(wanted,))
-        return f"{email} joined {wanted}."
+        return f"{email} joined {wanted}." + asked_to_confirm(request, conn, email)
 
     return _membership(request, subscriber_id, join)
 
