@@ -9,9 +9,7 @@ sessions; every 250 is a commit (parse, store, match, apply). Its RSS (/proc VmR
 after the first 10,000 and at the end: flat means no per-bounce state is kept. Then --pipe
 DSNs go through `senddock bounces ingest` (one process per message, as Postfix's pipe runs
 it), --clients at a time. Printed as one table; ratios within this run only.
-2026-12-03, 2 cores shared with seven other test runs (load ~18), --count 20000 --pipe 20:
-serve 53/s for the first 10,000, 43/s over 20,000, RSS 54.6 then 54.7 MiB (1.00); ingest
-0.4/s (a Python process each, started under that load). The full 100,000 was not run there.
+Figures, dated, in docs/measurements.md (100,000 on 2026-12-04: 193/s, RSS flat).
 Uses SENDDOCK_DATABASE_URL if set, else an embedded Postgres in a temp folder.
 """
 
