@@ -1115,7 +1115,7 @@ def lists_group() -> None:
 
 @lists_group.command("show", epilog=epilog(*DB))
 def lists_show_cmd() -> None:
-    """Every list: options and members by status."""
+    """Every list: options and members by status, its description indented below."""
     with db() as conn:
         for row in lists_api.all_lists(conn):
             opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
@@ -1124,10 +1124,14 @@ def lists_show_cmd() -> None:
                 f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
                 f" {row['unsubscribed']} unsubscribed{opt}"
             )
+            for line in (row["description"] or "").splitlines():
+                click.echo(f"  {line}")
 
 
 @lists_group.command("set", epilog=epilog(*DB))
 @click.argument("name")
+@click.option("--rename", metavar="NEW", help="A new name for the list (it must exist).")
+@click.option("--description", metavar="TEXT", help="What the list is about ('' clears it).")
 @click.option(
     "--double-opt-in/--single-opt-in",
     default=None,
@@ -1140,13 +1144,31 @@ def lists_show_cmd() -> None:
     help="Whether anyone may sign up through POST /subscribe (see `lists form`).",
 )
 def lists_set_cmd(
-    name: str, double_opt_in: bool | None, from_addr: str | None, public: bool | None
+    name: str,
+    rename: str | None,
+    description: str | None,
+    double_opt_in: bool | None,
+    from_addr: str | None,
+    public: bool | None,
 ) -> None:
-    """Create a list or change its options."""
-    with db() as conn:
-        list_id = lists_api.configure(conn, name, double_opt_in=double_opt_in, from_addr=from_addr)
+    """Create a list or change its name, description and options, in one transaction."""
+    with db() as conn, conn.transaction():
+        if rename is None:  # made if new
+            list_id = lists_api.ensure_list(conn, lists_api.clean_name(name))
+        else:  # renaming a list that is not there is a typo, not a new list
+            list_id = lists_api.find_list(conn, name)
+        lists_api.change(
+            conn,
+            list_id,
+            name=rename,
+            description=description,
+            double_opt_in=double_opt_in,
+            from_addr=from_addr,
+            sender="--from",
+        )
         signup.set_public(conn, list_id, public)
-    click.echo(f"list {name!r} saved")
+    renamed = "" if rename is None else f" as {lists_api.clean_name(rename)!r}"
+    click.echo(f"list {name!r} saved{renamed}")
 
 
 @lists_group.command("form", epilog=epilog(*DB, "PUBLIC_URL", "SECRET_KEY"))

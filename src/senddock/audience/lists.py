@@ -57,23 +57,22 @@ def configure(
     conn: psycopg.Connection[dict[str, Any]],
     name: str,
     *,
+    description: str | None = None,
     double_opt_in: bool | None = None,
     from_addr: str | None = None,
 ) -> int:
-    """Create list `name` if needed and set its options; its id.
-
-    A double opt-in list needs a From address for its confirmation requests.
-    """
-    _check_from(from_addr)
-    try:
-        with conn.transaction():
-            list_id = ensure_list(conn, name)
-            conn.execute(
-                QUERIES["set_options"],
-                {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
-            )
-    except psycopg.errors.CheckViolation as exc:
-        raise _opt_in_error(name) from exc
+    """Create list `name` if needed and set its description and options (None keeps one);
+    its id, in one transaction. A double opt-in list needs a From address (`--from`)."""
+    with conn.transaction():
+        list_id = ensure_list(conn, clean_name(name))
+        change(
+            conn,
+            list_id,
+            description=description,
+            double_opt_in=double_opt_in,
+            from_addr=from_addr,
+            sender="--from",
+        )
     return list_id
 
 
@@ -147,16 +146,21 @@ def change(
     conn: psycopg.Connection[dict[str, Any]],
     list_id: int,
     *,
-    name: str,
-    description: str,
-    double_opt_in: bool,
+    name: str | None = None,
+    description: str | None = None,
+    double_opt_in: bool | None = None,
     from_addr: str | None = None,
+    sender: str = "a From address",
 ) -> None:
-    """Rename, describe and set the options of list `list_id` in one transaction.
+    """Rename, describe and set the options of list `list_id` in one transaction; None keeps
+    a field, a description '' clears it. The one path every surface changes a list by.
 
-    `from_addr` None keeps the list's From address; double opt-in needs one."""
-    text, about = clean_name(name), clean_description(description)
+    ListTaken if another list has the name; double opt-in needs a From address (`sender`
+    says where it is given, in the refusal)."""
+    text = None if name is None else clean_name(name)
+    about = None if description is None else clean_description(description)
     _check_from(from_addr)
+    shown = text
     try:
         with conn.transaction():
             try:
@@ -167,12 +171,13 @@ def change(
                 raise ListTaken(f"there already is a list named {text!r}", field="name") from exc
             if row is None:
                 raise UnknownListId(f"there is no list {list_id}")
+            shown = str(row["name"])
             conn.execute(
                 QUERIES["set_options"],
                 {"double_opt_in": double_opt_in, "from_addr": from_addr, "list": list_id},
             )
     except psycopg.errors.CheckViolation as exc:
-        raise _opt_in_error(text, "a From address") from exc
+        raise _opt_in_error(shown or "", sender) from exc
 
 
 def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> dict[str, Any]:

@@ -37,11 +37,12 @@ ON CONFLICT (name) DO NOTHING
 RETURNING id;
 
 -- name: edit_list
--- A list's name and description. Campaigns and memberships name the list by id, so a rename
--- changes nothing they hold; a name another list has fails on the unique index (Conflict).
-UPDATE lists SET name = %(name)s, description = %(description)s
+-- A list's name and description, each left as it is when NULL; its name back, for the
+-- messages. Campaigns and memberships name the list by id, so a rename changes nothing they
+-- hold; a name another list has fails on the unique index (Conflict).
+UPDATE lists SET name = coalesce(%(name)s, name), description = coalesce(%(description)s, description)
 WHERE id = %(list)s
-RETURNING id;
+RETURNING id, name;
 
 -- name: list_by_id
 -- One list's fields for its edit page, by primary key.

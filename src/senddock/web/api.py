@@ -187,9 +187,13 @@ def get_lists(conn: Db) -> list[s.ListInfo]:
 
 @router.post("/lists", tags=["lists"], response_model=s.ListInfo, status_code=201)
 def create_list(conn: Db, body: s.ListIn) -> s.ListInfo:
-    """Create a list (or set the options of the one with that name)."""
+    """Create a list (or set the description and options of the one with that name)."""
     list_id = lists_api.configure(
-        conn, body.name, double_opt_in=body.double_opt_in, from_addr=body.from_addr
+        conn,
+        body.name,
+        description=body.description,
+        double_opt_in=body.double_opt_in,
+        from_addr=body.from_addr,
     )
     return _list(conn, list_id)
 
@@ -201,11 +205,20 @@ def get_list(conn: Db, list_id: ListId) -> s.ListInfo:
 
 @router.patch("/lists/{list_id}", tags=["lists"], response_model=s.ListInfo)
 def set_list_options(conn: Db, list_id: ListId, body: s.ListOptions) -> s.ListInfo:
-    """Double opt-in (needs `from_addr`, who asks to confirm) or single opt-in; `public`
-    opens or closes its sign-up form."""
-    name = _list(conn, list_id).name
-    lists_api.configure(conn, name, double_opt_in=body.double_opt_in, from_addr=body.from_addr)
-    signup.set_public(conn, list_id, body.public)
+    """Rename (409 if the name is taken), describe, double opt-in (needs `from_addr`, who
+    asks to confirm) or single opt-in; `public` opens or closes its sign-up form. One
+    transaction: a refused field changes nothing."""
+    _list(conn, list_id)  # 404 before anything is checked
+    with conn.transaction():
+        lists_api.change(
+            conn,
+            list_id,
+            name=body.name,
+            description=body.description,
+            double_opt_in=body.double_opt_in,
+            from_addr=body.from_addr,
+        )
+        signup.set_public(conn, list_id, body.public)
     return _list(conn, list_id)
 
 

@@ -43,6 +43,9 @@ Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nu
 Address = Annotated[
     str, Field(min_length=1, max_length=320), AfterValidator(_no_nul), AfterValidator(_one_line)
 ]
+# A list's description: audience.lists.clean_description trims it and holds it to 2,000
+# characters (a 422 about `description`); this bound only keeps a request body small.
+Description = Annotated[str, Field(max_length=10_000), AfterValidator(_no_nul)]
 Id = Annotated[int, Field(ge=1, le=BIGINT)]
 Attributes = dict[str, Any]
 
@@ -140,6 +143,7 @@ class Removed(BaseModel):
 class ListInfo(BaseModel):
     id: int
     name: str
+    description: str | None = Field(description="What the list is about ('' when none).")
     double_opt_in: bool
     from_addr: str | None
     public: bool = Field(description="Takes sign-ups at POST /subscribe (GET .../form).")
@@ -150,11 +154,20 @@ class ListInfo(BaseModel):
 
 class ListIn(Strict):
     name: Name
+    description: Description | None = Field(
+        default=None, description="What the list is about; null keeps it, '' clears it."
+    )
     double_opt_in: bool | None = None
     from_addr: Line | None = None
 
 
 class ListOptions(Strict):
+    name: Name | None = Field(
+        default=None, description="A new name (409 if another list has it); null keeps it."
+    )
+    description: Description | None = Field(
+        default=None, description="What the list is about; null keeps it, '' clears it."
+    )
     double_opt_in: bool | None = None
     from_addr: Line | None = None
     public: bool | None = Field(default=None, description="Open or close POST /subscribe.")
