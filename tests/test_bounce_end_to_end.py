@@ -21,7 +21,7 @@ from support import Conn, jobs, send_campaign, senddock, start_worker, wait_unti
 from test_bounce_cli import _listening
 from test_bounce_parse import _RemoteMx
 from test_bounce_poll import count as in_box
-from web_support import free_port
+from web_support import free_port, free_ports
 
 
 def need() -> None:
@@ -93,7 +93,7 @@ def test_the_relays_dsns_through_a_dovecot_box_and_bounces_poll_suppress_exactly
     remote.start()
     try:
         with (
-            dovecot_box.private_dovecot(free_port(), free_port(), free_port()) as box,
+            dovecot_box.private_dovecot(*free_ports(3)) as box,
             postfix_relay.private_postfix(free_port(), remote.port, box.lmtp, lmtp=True) as relay,
         ):
             mailbox = f"imap://{box.user}:{box.password}@127.0.0.1:{box.imap}?tls=none"

@@ -25,7 +25,7 @@ import postfix_relay
 from senddock.bounces.classify import classify
 from senddock.bounces.parse import MAX_BYTES, parse
 from support import wait_until
-from web_support import free_port
+from web_support import free_port, free_ports
 
 HERE = Path(__file__).parent / "bounces"
 KEYS = ["file", "recipient", "kind", "status", "reply", "diagnostic"]
@@ -241,7 +241,7 @@ def test_a_postfix_dsn_delivered_to_a_dovecot_mailbox_reads_the_same_over_imap_a
     sender = f"b+tok2@{postfix_relay.BOUNCE_DOMAIN}"
     try:
         with (
-            dovecot_box.private_dovecot(free_port(), free_port(), free_port()) as box,
+            dovecot_box.private_dovecot(*free_ports(3)) as box,
             postfix_relay.private_postfix(free_port(), remote.port, box.lmtp, lmtp=True) as relay,
         ):
             body = "From: news@example.org\r\nSubject: S\r\n"

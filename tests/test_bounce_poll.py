@@ -18,7 +18,7 @@ from senddock.bounces.verp import ReturnPath
 from senddock.db import connect
 from support import Conn, jobs, send_campaign, wait_until
 from test_bounce_parse import _RemoteMx
-from web_support import free_port
+from web_support import free_port, free_ports
 
 KEY = b"poll-test-key-" * 3
 PATH = ReturnPath.parse(postfix_relay.BOUNCE_DOMAIN)
@@ -36,7 +36,7 @@ def need() -> None:
 @pytest.fixture
 def box() -> Iterator[dovecot_box.Mailbox]:
     need()
-    with dovecot_box.private_dovecot(free_port(), free_port(), free_port()) as mailbox:
+    with dovecot_box.private_dovecot(*free_ports(3)) as mailbox:
         yield mailbox
 
 

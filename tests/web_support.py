@@ -25,6 +25,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: each held until all are chosen (one after another, free_port
+    may hand the same port back twice, and a server given it twice refuses to start)."""
+    held = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 class Server:
     """One `senddock serve` subprocess; its output goes to `log`."""
 
