@@ -55,8 +55,13 @@ def send_requests(
 ) -> list[tuple[str, Reply]]:
     """Send a confirmation request for each unconfirmed membership of `address`:
     (list name, the relay's reply)."""
-    rows = conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall()
-    return deliver(rows, key, settings, links)
+    return deliver(waiting(conn, address), key, settings, links)
+
+
+def waiting(conn: Conn, address: str) -> list[dict[str, Any]]:
+    """The unconfirmed memberships of `address`, as `deliver` mails them (read them, give the
+    connection back, then deliver: no connection waits on the relay)."""
+    return conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall()
 
 
 def deliver(

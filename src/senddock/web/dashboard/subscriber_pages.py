@@ -87,18 +87,20 @@ def add_subscriber(
                 form=form,
                 error=exc.message,
             )
-        said = asked_to_confirm(request, conn, queries.subscriber_email(conn, sid) or email)
-    flash(request, f"{email.strip()} added.{said}")
+        address = queries.subscriber_email(conn, sid) or email
+        rows = optin.waiting(conn, address)
+    flash(request, f"{email.strip()} added." + asked_to_confirm(request, rows, address))
     return redirect(f"/subscribers/{sid}")
 
 
-def asked_to_confirm(request: Request, conn: Conn, email: str) -> str:
-    """Mail the confirmation request of each membership of `email` that waits for one (a
-    double opt-in list: as `subscribers add` and the API do), and say how each went: '' when
-    none waits. A relay that refuses is said, never raised: the membership stays."""
+def asked_to_confirm(request: Request, rows: list[dict[str, Any]], email: str) -> str:
+    """Mail the confirmation request of each membership that waits for one (`rows`, from
+    optin.waiting: a double opt-in list, as `subscribers add` and the API do), with no
+    database connection held, and say how each went: '' when none waits. A relay that refuses
+    is said, never raised: the membership stays."""
     state, said = request.app.state, ""
     settings = state.settings
-    for name, reply in optin.send_requests(conn, email, state.link_key, settings, settings):
+    for name, reply in optin.deliver(rows, state.link_key, settings, settings):
         if reply.accepted:
             said += f" A confirmation request for {name} went to {email}."
         else:
@@ -184,16 +186,22 @@ def edit_subscriber(
     return redirect(f"/subscribers/{subscriber_id}")
 
 
+Waiting = list[dict[str, Any]]
+
+
 def _membership(
-    request: Request, subscriber_id: int, change: Callable[[Conn, str], str]
+    request: Request, subscriber_id: int, change: Callable[[Conn, str], tuple[str, Waiting]]
 ) -> Response:
-    """Apply `change` to the subscriber's address; its line, or the refusal's, on their page."""
+    """Apply `change` to the subscriber's address; its line, or the refusal's, on their page;
+    then, the connection given back, the confirmation requests it left waiting."""
     with db(request) as conn:
         email = _email_of(conn, subscriber_id)
         try:
-            flash(request, change(conn, email))
+            said, rows = change(conn, email)
         except SendDockError as exc:
             flash(request, exc.message, "error")
+            return redirect(f"/subscribers/{subscriber_id}")
+    flash(request, said + asked_to_confirm(request, rows, email))
     return redirect(f"/subscribers/{subscriber_id}")
 
 
@@ -203,10 +211,10 @@ def join_list(
 ) -> Response:
     wanted = list_name.strip()
 
-    def join(conn: Conn, email: str) -> str:
+    def join(conn: Conn, email: str) -> tuple[str, Waiting]:
         find_list(conn, wanted)  # the page offers existing lists: never make one here
         subscribers.update(conn, email, lists=(wanted,))
-        return f"{email} joined {wanted}." + asked_to_confirm(request, conn, email)
+        return f"{email} joined {wanted}.", optin.waiting(conn, email)
 
     return _membership(request, subscriber_id, join)
 
@@ -215,6 +223,7 @@ def join_list(
 def leave_list(
     request: Request, subscriber_id: int, list_name: Annotated[str, Form()] = ""
 ) -> Response:
-    return _membership(
-        request, subscriber_id, lambda conn, email: subscribers.remove(conn, email, list_name) + "."
-    )
+    def leave(conn: Conn, email: str) -> tuple[str, Waiting]:
+        return subscribers.remove(conn, email, list_name) + ".", []
+
+    return _membership(request, subscriber_id, leave)
