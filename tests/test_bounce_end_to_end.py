@@ -46,9 +46,9 @@ def test_the_relays_dsns_suppress_exactly_the_refused_and_the_next_campaign_skip
     alive = [f"alive{i}@example.com" for i in range(5)]
     remote = Controller(_RemoteMx(), hostname="127.0.0.1", port=free_port())
     remote.start()
-    bounce_port = free_port()
+    relay_port, bounce_port = free_ports(2)  # distinct: neither is listening yet
     try:
-        with postfix_relay.private_postfix(free_port(), remote.port, bounce_port) as relay:
+        with postfix_relay.private_postfix(relay_port, remote.port, bounce_port) as relay:
             env = worker_env(
                 db_url,
                 f"smtp://127.0.0.1:{relay.port}?tls=none",

@@ -200,8 +200,9 @@ def need(why_not: str | None) -> None:
 def test_a_real_postfix_relay_returns_a_dsn_naming_exactly_the_refused_recipients() -> None:
     need(postfix_relay.available())
     returned = _Returned()
-    remote = Controller(_RemoteMx(), hostname="127.0.0.1", port=free_port())
-    bounces = Controller(returned, hostname="127.0.0.1", port=free_port())
+    remote_port, bounces_port = free_ports(2)  # distinct: neither is listening yet
+    remote = Controller(_RemoteMx(), hostname="127.0.0.1", port=remote_port)
+    bounces = Controller(returned, hostname="127.0.0.1", port=bounces_port)
     remote.start()
     bounces.start()
     sender = f"b+tok1@{postfix_relay.BOUNCE_DOMAIN}"
