@@ -276,3 +276,57 @@ def test_an_outcome_that_cannot_be_written_stops_the_worker_and_nothing_is_lost(
         assert queue.confirm(conn, bid) == len(held)
     queue.finish_sync(conn)
     assert status(conn, cid)["status"] == "sent"
+
+
+async def _carry_then_rescue(db_url: str, owner: int) -> dict[str, list[Job]]:
+    """Claim six jobs as `owner`, record outcomes that carry the next dots' marks (or not), give
+    one job back and claim it again, then rescue the owner as dead."""
+    async with await psycopg.AsyncConnection.connect(
+        db_url, autocommit=True, row_factory=dict_row
+    ) as c:
+        a, b, r, d, s, e = await queue.claim(c, owner, 6)
+        # A sent outcome carries the next dot's mark; a retry does not, its next dot has its own.
+        retry = Transition("retry", delay=3600)
+        group = await queue.record_group(
+            c,
+            owner,
+            [Outcome(a, SENT, OK), Outcome(r, retry, Reply("data", 451, "4.3.0 later"))],
+            [queue.Dot(b, "relay-b", a.id), queue.Dot(d, "relay-d", r.id)],
+        )
+        assert group.outcomes == {a.id, r.id} and group.dots == {b.id, d.id}
+        # A mark from an earlier claim: `e` is marked on sent `s`, then given back (its attempt
+        # too) and claimed again by the same owner, never started: it must come back unmarked.
+        assert (
+            await queue.record_group(c, owner, [Outcome(s, SENT, OK)], [queue.Dot(e, "x", s.id)])
+        ).dots == {e.id}
+        await queue.release(c, owner, [e])
+        again = await queue.claim(c, owner, 1)
+        assert [j.id for j in again] == [e.id] and again[0].attempts == e.attempts
+        assert await queue.rescue(c, [owner]) == 3
+    return {"carried": [a, b], "own": [r, d], "stale": [s, e]}
+
+
+def test_a_sent_outcome_carries_the_next_mark_and_a_rescue_finds_it(
+    conn: Conn, db_url: str
+) -> None:
+    """Issue 23, 0025: the mark of a session's next dot rides on its previous outcome's row when
+    that outcome is `sent` (a row never written again), so the next job's row is not written
+    for it; after a retry it is written on its own row. A rescue finds both kinds and makes
+    those jobs unconfirmed, with the mark's relay; a mark from an earlier claim does not count."""
+    emails = [f"c{i}@example.com" for i in range(6)]
+    _, bid = send_campaign(conn, "news", emails)
+    assert wait_until(lambda: len(_rows(conn, bid)) == 6, 10)
+    got = asyncio.run(_carry_then_rescue(db_url, 9))
+    rows = {int(r["id"]): r for r in _rows(conn, bid).values()}
+    a, b = got["carried"]
+    assert rows[a.id]["next_dot"] == b.id and rows[a.id]["next_relay"] == "relay-b"
+    assert rows[b.id]["status"] == "unconfirmed" and rows[b.id]["dot_relay"] == "relay-b"
+    assert rows[b.id]["dot_at"] == rows[a.id]["updated_at"]  # when its mark was committed
+    assert rows[b.id]["attempts"] == 1  # spent: it may have been accepted
+    r, d = got["own"]
+    assert rows[r.id]["status"] == "retry" and rows[r.id]["next_dot"] is None
+    assert rows[d.id]["status"] == "unconfirmed" and rows[d.id]["dot_relay"] == "relay-d"
+    s, e = got["stale"]
+    assert rows[s.id]["next_dot"] == e.id
+    # Held but never started since its new claim: back as retry, its attempt given back.
+    assert rows[e.id]["status"] == "retry" and rows[e.id]["attempts"] == 0

@@ -128,6 +128,8 @@ class Sender:
         # The outcome last handed to the recorder. The next message's final dot waits for it
         # (invariant 3); its envelope (MAIL, RCPT, DATA) overlaps that commit.
         self.previous: asyncio.Future[bool] | None = None
+        # Its job: a `sent` outcome carries the mark of the next final dot (queue.Dot.after).
+        self.previous_job: int | None = None
         # The next job as `_ahead` prepared it at the last final dot.
         self.prepared: Prepared | None = None
 
@@ -246,7 +248,7 @@ class Sender:
                 await self._give_back([job])
                 continue
             verdict = judge(reply)
-            await self._record(job, verdict, reply)
+            await self._record(job, verdict, reply, following)
             if verdict is Verdict.TRANSIENT and reply.stage in SENDER_STAGES:
                 await self._settle()
                 # The relay is unreachable or refusing sessions: this job took the failure;
@@ -300,7 +302,10 @@ class Sender:
                 # Issue 23: this job's dot goes next on this sender; the mark rides with the
                 # previous outcome's commit when it can, and the dot waits for both. Queued
                 # with that outcome already if this envelope went with its dot (`_record`).
-                marked, early = early or self.recorder.mark(queue.Dot(job, target.name)), None
+                marked, early = (
+                    early or self.recorder.mark(queue.Dot(job, target.name, self.previous_job)),
+                    None,
+                )
                 marked.add_done_callback(_retrieved)
                 before_dot = functools.partial(self._dot_may_go, marked)
                 try:
@@ -360,6 +365,24 @@ class Sender:
             permit = UNMETERED if limiter is None else limiter.take_now()
         self.prepared = Prepared(job, picked, permit)
         return None if permit is None else (envelope(job.subscriber_id), job.email)
+
+    def _prepare_next(self, job: Job) -> Prepared | None:
+        """After a sent message whose final dot carried no envelope: `job`, next on this
+        sender, with its server picked and its permit taken now, if one is free at once (as
+        `_ahead` does); None if it may not start now."""
+        if (
+            self.control.stopping.is_set()
+            or not self.lease.fresh()
+            or job.broadcast_id in self.control.stopped
+        ):
+            return None
+        picked = self.relays.servers.pick()
+        limiter = self.relays.limiters.get(picked.name)
+        permit = UNMETERED if limiter is None else limiter.take_now()
+        if permit is None:
+            return None
+        self.prepared = Prepared(job, picked, permit)
+        return self.prepared
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
         limiter = self.relays.limiters.get(target.name)
@@ -427,7 +450,9 @@ class Sender:
             found = self.messages.compiled[broadcast_id] = built
         return found
 
-    async def _record(self, job: Job, verdict: Verdict, reply: Reply) -> None:
+    async def _record(
+        self, job: Job, verdict: Verdict, reply: Reply, following: Job | None = None
+    ) -> None:
         st = self.settings
         if reply.stage == "render":
             verdict = Verdict.REJECTED
@@ -437,13 +462,20 @@ class Sender:
             verdict, job.attempts, job.sender_faults, st.backoff, st.job_sender_fault_limit
         )
         written = self.previous = self.recorder.submit(Outcome(job, t, reply))
+        self.previous_job = job.id
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
         ahead = self.prepared
+        if ahead is None and t.status == "sent" and following is not None:
+            # Its row carries the mark of the next dot (0025) if that mark is in its group:
+            # mark the next job now, with this outcome, rather than after its envelope, when
+            # this outcome's group has mostly gone (on a near relay the envelope is quicker
+            # than a commit, so its dot rarely waits longer for it).
+            ahead = self._prepare_next(following)
         if ahead is not None and ahead.permit is not None and verdict is not Verdict.TRANSIENT:
             # The next job's envelope went with this dot, its permit in hand: its own final dot
             # is the next on this session. Its mark joins this outcome's group now (one commit
             # for both, as before issue 23), rather than a group of its own after it.
-            ahead.marked = self.recorder.mark(queue.Dot(ahead.job, ahead.target.name))
+            ahead.marked = self.recorder.mark(queue.Dot(ahead.job, ahead.target.name, job.id))
         if verdict is Verdict.SENDER_FAULT:
             if await self._written(written):
                 await self._sender_fault(job.broadcast_id, reply)

@@ -437,7 +437,9 @@ def _own_transaction(conn: AsyncConn) -> None:
         raise ValueError("queue statements need an autocommit connection")
 
 
-def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[str, Any]:
+def _record_params(
+    job: Job, owner: int, t: Transition, reply: Reply, carried: Dot | None = None
+) -> dict[str, Any]:
     return {
         "id": job.id,
         "owner": owner,
@@ -452,6 +454,8 @@ def _record_params(job: Job, owner: int, t: Transition, reply: Reply) -> dict[st
         "enhanced": reply.enhanced,
         "reply": reply.text[:1000],  # storable as it is (outcome.Reply)
         "stage": reply.stage,
+        "next": carried.job.id if carried else None,
+        "next_relay": carried.relay if carried else None,
     }
 
 
@@ -466,10 +470,13 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Dot:
-    """A job whose final dot is about to go, to the relay named `relay` (issue 23)."""
+    """A job whose final dot is about to go, to the relay named `relay` (issue 23). `after`:
+    the job whose outcome its session handed over last; if that outcome is `sent` and in the
+    same group, it carries this mark (0025), and this job's row is not written."""
 
     job: Job
     relay: str
+    after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -494,9 +501,15 @@ def dot_rows(owner: int, dots: list[Dot]) -> str:
     )
 
 
-def group_rows(owner: int, outcomes: list[Outcome], dots: list[Dot]) -> str:
+def group_rows(
+    owner: int, outcomes: list[Outcome], dots: list[Dot], carried: Mapping[int, Dot] | None = None
+) -> str:
     """record_and_mark's one parameter: the outcomes' rows, then the marks' (as JSON)."""
-    rows = [{**_record_params(o.job, owner, o.transition, o.reply), "dot": False} for o in outcomes]
+    carried = carried or {}
+    rows = [
+        {**_record_params(o.job, owner, o.transition, o.reply, carried.get(o.job.id)), "dot": False}
+        for o in outcomes
+    ]
     rows += [
         {
             "id": d.job.id,
@@ -511,10 +524,35 @@ def group_rows(owner: int, outcomes: list[Outcome], dots: list[Dot]) -> str:
     return json.dumps(rows)
 
 
-def outcome_rows(owner: int, outcomes: list[Outcome]) -> str:
+def outcome_rows(
+    owner: int, outcomes: list[Outcome], carried: Mapping[int, Dot] | None = None
+) -> str:
     """record_many's one parameter: dumping JSON is one C call, where eleven arrays would cost
-    a Python loop each."""
-    return json.dumps([_record_params(o.job, owner, o.transition, o.reply) for o in outcomes])
+    a Python loop each. `carried`: the marks the outcomes carry, by the outcome's job id."""
+    carried = carried or {}
+    return json.dumps(
+        [
+            _record_params(o.job, owner, o.transition, o.reply, carried.get(o.job.id))
+            for o in outcomes
+        ]
+    )
+
+
+def carry(outcomes: list[Outcome], dots: list[Dot]) -> tuple[dict[int, Dot], list[Dot]]:
+    """Which marks ride on an outcome of the group (0025), by that outcome's job id, and which
+    are written on their own job's row. A mark rides on the previous outcome of its session
+    when that outcome is `sent`: a sent row is never written again, so the mark cannot be
+    overwritten while its dot is in flight. Its fence is that outcome's (invariant 4): the two
+    jobs are held by one owner, and only a rescue of that owner takes a started job away."""
+    sent = {o.job.id for o in outcomes if o.transition.status == "sent"}
+    carried: dict[int, Dot] = {}
+    own: list[Dot] = []
+    for d in dots:
+        if d.after is not None and d.after in sent and d.after not in carried:
+            carried[d.after] = d
+        else:
+            own.append(d)
+    return carried, own
 
 
 async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> set[int]:
@@ -528,19 +566,25 @@ async def record_many(conn: AsyncConn, owner: int, outcomes: list[Outcome]) -> s
 async def _record_statement(
     conn: AsyncConn, owner: int, outcomes: list[Outcome], dots: list[Dot]
 ) -> Recorded:
+    carried, dots = carry(outcomes, dots)
     if not dots:
-        params = {"outcomes": outcome_rows(owner, outcomes)}
+        params = {"outcomes": outcome_rows(owner, outcomes, carried)}
         cur = await conn.execute(QUERIES["record_many"], params)
-        return Recorded({int(r["id"]) for r in await cur.fetchall()}, set())
+        written = {int(r["id"]) for r in await cur.fetchall()}
+        return Recorded(written, _carried(carried, written))
     if not outcomes:
         cur = await conn.execute(QUERIES["mark_dots"], {"dots": dot_rows(owner, dots)})
         return Recorded(set(), {int(r["id"]) for r in await cur.fetchall()})
-    rows = await (
-        await conn.execute(QUERIES["record_and_mark"], {"rows": group_rows(owner, outcomes, dots)})
-    ).fetchall()
-    return Recorded(
-        {int(r["id"]) for r in rows if not r["dot"]}, {int(r["id"]) for r in rows if r["dot"]}
-    )
+    params = {"rows": group_rows(owner, outcomes, dots, carried)}
+    rows = await (await conn.execute(QUERIES["record_and_mark"], params)).fetchall()
+    written = {int(r["id"]) for r in rows if not r["dot"]}
+    marked = {int(r["id"]) for r in rows if r["dot"]}
+    return Recorded(written, marked | _carried(carried, written))
+
+
+def _carried(carried: Mapping[int, Dot], written: set[int]) -> set[int]:
+    """The marks that landed on an outcome: those whose outcome was written."""
+    return {d.job.id for after, d in carried.items() if after in written}
 
 
 async def record_group(
@@ -582,7 +626,8 @@ async def landed_many(
 
     An outcome landed if its row is no longer our claim at this attempt yet still names us as
     owner (an outcome keeps the owner; a rescue or release clears it). A mark landed if the row
-    is still our claim at this attempt with `dot_at` set (a claim clears it). The group is one
+    is still our claim at this attempt with its mark on its row (`dot_at`, which a claim
+    clears) or on an outcome of ours written since its claim (`next_dot`). The group is one
     transaction, so either every row that matched its fence landed, or none did. (A job is
     never both an outcome and a dot of one group: the recorder drops such a mark.)
     """

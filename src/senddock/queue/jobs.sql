@@ -214,7 +214,11 @@ ORDER BY c.id
 -- returned were written. A row a peer rescued as `unconfirmed` while we were cut off from the
 -- database (same owner and attempt: rescue keeps both) takes our outcome too, so a 250 that
 -- came late is never lost.
--- An outcome `unconfirmed` (the dot went, no reply: RFC 1047) keeps its owner, like the rest.
+-- An outcome `unconfirmed` (the dot went, no reply: RFC 1047) keeps its owner, like the rest,
+-- and shows when and to which relay its dot went (its mark: its own row's, or the one the
+-- previous outcome of its session carried).
+-- A `sent` outcome may carry the mark of the next dot of its session (`next`, 0025): the job's
+-- id and relay, written on this row instead of that job's.
 -- Every fence value (owner, attempt, the `sending` it was claimed into) comes with its row, so
 -- the primary key is the only index that can find the rows: fenced by constants, the planner
 -- read every row this process holds through broadcast_jobs_sending and hashed them, for each
@@ -230,11 +234,20 @@ SET status        = r.status,
     last_enhanced = r.enhanced,
     last_reply    = r.reply,
     last_stage    = r.stage,
+    next_dot      = r.next,
+    next_relay    = r.next_relay,
+    dot_at        = CASE WHEN r.status = 'unconfirmed' THEN coalesce(j.dot_at, now())
+                         ELSE j.dot_at END,
+    dot_relay     = CASE WHEN r.status = 'unconfirmed'
+                         THEN coalesce(j.dot_relay, (SELECT p.next_relay FROM broadcast_jobs p
+                                                     WHERE p.next_dot = j.id AND p.owner = j.owner
+                                                     ORDER BY p.updated_at DESC LIMIT 1))
+                         ELSE j.dot_relay END,
     updated_at    = now()
 FROM jsonb_to_recordset(%(outcomes)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
-          stage text)
+          stage text, next bigint, next_relay text)
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR j.status = 'unconfirmed')
 RETURNING j.id
@@ -272,12 +285,21 @@ SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     last_reply    = CASE WHEN r.dot THEN j.last_reply ELSE r.reply END,
     last_stage    = CASE WHEN r.dot THEN j.last_stage ELSE r.stage END,
     updated_at    = CASE WHEN r.dot THEN j.updated_at ELSE now() END,
-    dot_at        = CASE WHEN r.dot THEN now() ELSE j.dot_at END,
-    dot_relay     = CASE WHEN r.dot THEN r.relay ELSE j.dot_relay END
+    next_dot      = CASE WHEN r.dot THEN j.next_dot ELSE r.next END,
+    next_relay    = CASE WHEN r.dot THEN j.next_relay ELSE r.next_relay END,
+    dot_at        = CASE WHEN r.dot THEN now()
+                         WHEN r.status = 'unconfirmed' THEN coalesce(j.dot_at, now())
+                         ELSE j.dot_at END,
+    dot_relay     = CASE WHEN r.dot THEN r.relay
+                         WHEN r.status = 'unconfirmed'
+                         THEN coalesce(j.dot_relay, (SELECT p.next_relay FROM broadcast_jobs p
+                                                     WHERE p.next_dot = j.id AND p.owner = j.owner
+                                                     ORDER BY p.updated_at DESC LIMIT 1))
+                         ELSE j.dot_relay END
 FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
-          stage text, dot bool, relay text)
+          stage text, next bigint, next_relay text, dot bool, relay text)
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR (NOT r.dot AND j.status = 'unconfirmed'))
 RETURNING j.id, r.dot
@@ -297,9 +319,14 @@ WHERE lower(email) = ANY(%(lowered)s::text[])
 
 -- name: read_back_many
 -- Invariant 4: after a group commit whose reply was lost, which of its rows landed (a dot's
--- mark landed if `dot_at` is set: a claim clears it).
-SELECT id, status, owner, attempts, dot_at IS NOT NULL AS dotted
-FROM broadcast_jobs WHERE id = ANY(%(ids)s::bigint[])
+-- mark landed if `dot_at` is set, which a claim clears, or if a row of this owner written since
+-- the claim carries it as `next_dot`).
+SELECT j.id, j.status, j.owner, j.attempts,
+       j.dot_at IS NOT NULL
+       OR EXISTS (SELECT 1 FROM broadcast_jobs p
+                  WHERE p.next_dot = j.id AND p.owner = j.owner
+                    AND p.updated_at > j.claimed_at) AS dotted
+FROM broadcast_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
 
 -- name: release
 -- Claims this process holds but never started (shutdown, a pause or cancel's `stop:`): back to
@@ -333,7 +360,8 @@ WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s:
 
 -- name: rescue
 -- Invariant 5: only jobs of owners known dead are rescued. A job whose final dot was about to
--- go (`dot_at`, written with the previous outcome of its session: mark_dots) may have been
+-- go (its mark: `dot_at` on its row, or `next_dot` on its session's previous outcome, written
+-- with that outcome: record_many, record_and_mark) may have been
 -- accepted: with `hold` (SENDDOCK_UNCONFIRMED, the default) it becomes `unconfirmed`, its
 -- attempt spent, its owner kept (a late outcome of a worker that was only cut off still lands:
 -- record_many), and waits for a person (resend_unconfirmed, confirm). At most one a session.
@@ -345,9 +373,17 @@ WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s:
 -- it fails as rejected, never tried again, so a job that kills every worker that takes it
 -- cannot retry forever (invariant 2's reason), and no other job pays.
 WITH dead AS (
-    SELECT j.id, j.dot_at IS NOT NULL AND %(hold)s AS dotted,
+    SELECT j.id, (j.dot_at IS NOT NULL OR c.at IS NOT NULL) AND %(hold)s AS dotted,
+           coalesce(j.dot_at, c.at) AS dot_at, coalesce(j.dot_relay, c.relay) AS dot_relay,
            j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
     FROM broadcast_jobs j
+    -- A mark carried by the previous outcome of the job's session (a `sent` row of the same
+    -- owner written since this claim: a mark from an earlier claim does not count).
+    LEFT JOIN LATERAL (
+        SELECT p.updated_at AS at, p.next_relay AS relay FROM broadcast_jobs p
+        WHERE p.next_dot = j.id AND p.owner = j.owner AND p.updated_at > j.claimed_at
+        ORDER BY p.updated_at DESC LIMIT 1
+    ) c ON true
     WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
 )
 UPDATE broadcast_jobs j
@@ -361,12 +397,14 @@ SET status        = CASE WHEN d.dotted THEN 'unconfirmed'
     suspect_claim = false,
     owner         = CASE WHEN d.dotted THEN j.owner END,
     run_at        = now(),
+    dot_at        = CASE WHEN d.dotted THEN d.dot_at ELSE j.dot_at END,
+    dot_relay     = CASE WHEN d.dotted THEN d.dot_relay ELSE j.dot_relay END,
     last_stage    = 'rescue',
     last_code     = NULL,
     last_enhanced = NULL,
     last_reply    = CASE WHEN d.dotted
                          THEN 'worker ' || j.owner || ' died after its final dot went to '
-                              || coalesce(j.dot_relay, 'the relay')
+                              || coalesce(d.dot_relay, 'the relay')
                               || ', before the reply was recorded: unconfirmed'
                          WHEN d.poison
                          THEN 'worker died while sending this job (' || (j.alone_deaths + 1)
