@@ -66,6 +66,8 @@ class Prepared:
     # The mark of its final dot (issue 23), queued with the outcome of the message before it
     # when its envelope went with that message's dot (`_record`): then both ride in one group.
     marked: asyncio.Future[bool] | None = None
+    # Its message, when it was rendered before its mark was queued (`_prepare_next`).
+    data: bytes | None = None
 
     @property
     def job_id(self) -> int:
@@ -273,7 +275,11 @@ class Sender:
             message, envelope = await self._compiled(job.broadcast_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
-        prepared_data = _prepare(job, message)
+        ready = self.prepared
+        if ready is not None and ready.job_id == job.id and ready.data is not None:
+            prepared_data: bytes | Reply = ready.data
+        else:
+            prepared_data = _prepare(job, message)
         if isinstance(prepared_data, Reply):
             return prepared_data
         data = prepared_data
@@ -368,20 +374,29 @@ class Sender:
 
     def _prepare_next(self, job: Job) -> Prepared | None:
         """After a sent message whose final dot carried no envelope: `job`, next on this
-        sender, with its server picked and its permit taken now, if one is free at once (as
-        `_ahead` does); None if it may not start now."""
+        sender, rendered now, with its server picked and its permit taken, if one is free at
+        once (as `_ahead` does); None if it may not start now or cannot be rendered here.
+
+        Rendered before its mark is queued, as `_deliver` renders before it marks: a job that
+        kills its worker while being rendered dies unmarked, a suspect (invariant 3), never
+        unconfirmed."""
+        compiled = self.messages.compiled.get(job.broadcast_id)
         if (
-            self.control.stopping.is_set()
+            compiled is None
+            or self.control.stopping.is_set()
             or not self.lease.fresh()
             or job.broadcast_id in self.control.stopped
         ):
             return None
+        data = _prepare(job, compiled[0])
+        if isinstance(data, Reply):
+            return None  # `_deliver` renders it again and records why it failed
         picked = self.relays.servers.pick()
         limiter = self.relays.limiters.get(picked.name)
         permit = UNMETERED if limiter is None else limiter.take_now()
         if permit is None:
             return None
-        self.prepared = Prepared(job, picked, permit)
+        self.prepared = Prepared(job, picked, permit, data=data)
         return self.prepared
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
