@@ -26,8 +26,10 @@ Job (a row of broadcast_jobs)
     pending|retry, due, of a running broadcast --claim--> sending (attempt counted; at most
                                     one suspect a process)
     pending|retry, address now suppressed --claim--> failed (suppressed), never sent
-    sending --mark_dots (with the previous outcome of its session: record_and_mark)--> sending,
-                                    its final dot about to go (dot_at, dot_relay)
+    sending --a mark: its final dot about to go--> sending; carried on its session's previous
+                                    outcome's row when that is `sent` and in the same group
+                                    (record_many, record_and_mark: next_dot, next_relay),
+                                    else on its own row (mark_dots, record_and_mark: dot_at)
     sending --record_many: 250 after DATA--> sent
     sending --record_many: the dot went, no reply (RFC 1047), SENDDOCK_UNCONFIRMED=hold-->
                                     unconfirmed (attempt spent, owner kept)
