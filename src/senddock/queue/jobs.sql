@@ -236,12 +236,13 @@ SET status        = r.status,
     last_stage    = r.stage,
     next_dot      = r.next,
     next_relay    = r.next_relay,
-    dot_at        = CASE WHEN r.status = 'unconfirmed' THEN coalesce(j.dot_at, now())
+    dot_at        = CASE WHEN r.status = 'unconfirmed'
+                         THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
+                                                      j.id, j.owner, j.claimed_at) c), now())
                          ELSE j.dot_at END,
     dot_relay     = CASE WHEN r.status = 'unconfirmed'
-                         THEN coalesce(j.dot_relay, (SELECT p.next_relay FROM broadcast_jobs p
-                                                     WHERE p.next_dot = j.id AND p.owner = j.owner
-                                                     ORDER BY p.updated_at DESC LIMIT 1))
+                         THEN coalesce(j.dot_relay, (SELECT c.relay FROM senddock_carried_mark(
+                                                         j.id, j.owner, j.claimed_at) c))
                          ELSE j.dot_relay END,
     updated_at    = now()
 FROM jsonb_to_recordset(%(outcomes)s::jsonb)
@@ -288,13 +289,14 @@ SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     next_dot      = CASE WHEN r.dot THEN j.next_dot ELSE r.next END,
     next_relay    = CASE WHEN r.dot THEN j.next_relay ELSE r.next_relay END,
     dot_at        = CASE WHEN r.dot THEN now()
-                         WHEN r.status = 'unconfirmed' THEN coalesce(j.dot_at, now())
+                         WHEN r.status = 'unconfirmed'
+                         THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
+                                                      j.id, j.owner, j.claimed_at) c), now())
                          ELSE j.dot_at END,
     dot_relay     = CASE WHEN r.dot THEN r.relay
                          WHEN r.status = 'unconfirmed'
-                         THEN coalesce(j.dot_relay, (SELECT p.next_relay FROM broadcast_jobs p
-                                                     WHERE p.next_dot = j.id AND p.owner = j.owner
-                                                     ORDER BY p.updated_at DESC LIMIT 1))
+                         THEN coalesce(j.dot_relay, (SELECT c.relay FROM senddock_carried_mark(
+                                                         j.id, j.owner, j.claimed_at) c))
                          ELSE j.dot_relay END
 FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
@@ -323,9 +325,7 @@ WHERE lower(email) = ANY(%(lowered)s::text[])
 -- the claim carries it as `next_dot`).
 SELECT j.id, j.status, j.owner, j.attempts,
        j.dot_at IS NOT NULL
-       OR EXISTS (SELECT 1 FROM broadcast_jobs p
-                  WHERE p.next_dot = j.id AND p.owner = j.owner
-                    AND p.updated_at > j.claimed_at) AS dotted
+       OR EXISTS (SELECT 1 FROM senddock_carried_mark(j.id, j.owner, j.claimed_at)) AS dotted
 FROM broadcast_jobs j WHERE j.id = ANY(%(ids)s::bigint[])
 
 -- name: release
@@ -379,11 +379,7 @@ WITH dead AS (
     FROM broadcast_jobs j
     -- A mark carried by the previous outcome of the job's session (a `sent` row of the same
     -- owner written since this claim: a mark from an earlier claim does not count).
-    LEFT JOIN LATERAL (
-        SELECT p.updated_at AS at, p.next_relay AS relay FROM broadcast_jobs p
-        WHERE p.next_dot = j.id AND p.owner = j.owner AND p.updated_at > j.claimed_at
-        ORDER BY p.updated_at DESC LIMIT 1
-    ) c ON true
+    LEFT JOIN LATERAL senddock_carried_mark(j.id, j.owner, j.claimed_at) c ON true
     WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
 )
 UPDATE broadcast_jobs j

@@ -15,3 +15,16 @@
 -- table (a status change is never a HOT update), so one more entry is what the mark costs.
 ALTER TABLE broadcast_jobs ADD COLUMN next_dot bigint, ADD COLUMN next_relay text;
 CREATE INDEX broadcast_jobs_next_dot ON broadcast_jobs (next_dot) WHERE next_dot IS NOT NULL;
+
+-- The mark a job's session's previous outcome carries for it, if any: its time (that
+-- outcome's commit) and relay. Only one written by the same owner after the job's claim counts,
+-- so a mark from an earlier claim of the job (given back, claimed again) never does. The one
+-- lookup behind the rescue, the read-back after a lost commit and an `unconfirmed` outcome's
+-- time and relay (queue/jobs.sql).
+CREATE FUNCTION senddock_carried_mark(job_id bigint, job_owner bigint, claimed timestamptz)
+RETURNS TABLE (at timestamptz, relay text) LANGUAGE sql STABLE AS $$
+    SELECT p.updated_at, p.next_relay FROM broadcast_jobs p
+    WHERE p.next_dot = job_id AND p.owner = job_owner AND p.updated_at > claimed
+    ORDER BY p.updated_at DESC
+    LIMIT 1
+$$;
