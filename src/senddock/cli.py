@@ -33,6 +33,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
 from senddock.bounces import store as bounce_store
+from senddock.bounces.classify import KIND as BOUNCE_REASONS
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
@@ -724,7 +725,8 @@ def suppressions_list_cmd(reason: str | None) -> None:
     with db() as conn:
         for r in suppressions.rows(conn, reason):
             when = r["created_at"].strftime("%Y-%m-%d %H:%M")
-            click.echo(f"{r['email']}  {r['reason']}  {when}  {r['detail']}".rstrip())
+            why = f"{r['reason']} ({r['bounce_reason']})" if r["bounce_reason"] else r["reason"]
+            click.echo(f"{r['email']}  {why}  {when}  {r['detail']}".rstrip())
 
 
 @suppressions_group.command("add", epilog=epilog(*DB))
@@ -1420,7 +1422,8 @@ def bounces_parse(files: tuple[str, ...]) -> None:
     """Print what each returned message says, one JSON object per recipient found.
 
     Keys: file, recipient (as found), kind (hard, soft, policy, complaint, or none for a file
-    with no bounce in it), status (5.1.1), reply (550), diagnostic. Reads files only.
+    with no bounce in it), reason (userunknown, mailboxfull, blocked, feedback, …; the kind
+    follows from it), status (5.1.1), reply (550), diagnostic. Reads files only.
     """
     from senddock.bounces.parse import parse, read_capped, records
 
@@ -1561,18 +1564,26 @@ def bounces_poll(once: bool, every: float) -> None:
 @click.option(
     "--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]), help="Only this kind."
 )
+@click.option(
+    "--reason",
+    type=click.Choice(sorted(BOUNCE_REASONS)),
+    help="Only this reason (userunknown, mailboxfull, blocked, …).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
 @click.option(
     "--limit", default=100, show_default=True, type=click.IntRange(1), help="At most N findings."
 )
-def bounces_list(campaign: int | None, kind: str | None, as_json: bool, limit: int) -> None:
-    """The findings recorded, newest first, with their message's state; unmatched ones too.
+def bounces_list(
+    campaign: int | None, kind: str | None, reason: str | None, as_json: bool, limit: int
+) -> None:
+    """The findings recorded, newest first, with their reason and their message's state;
+    unmatched ones too.
 
     Shows the newest --limit; says how many more there are (on stderr with --json)."""
     from senddock.bounces.store import findings
 
     with db() as conn:
-        rows, more = findings(conn, campaign, kind, limit)
+        rows, more = findings(conn, campaign, kind, limit, reason)
     for r in rows:
         if as_json:
             click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
@@ -1583,7 +1594,8 @@ def bounces_list(campaign: int | None, kind: str | None, as_json: bool, limit: i
             else "unmatched"
         )
         click.echo(
-            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['recipient'] or '-'} "
+            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['reason'] or '-':<15} "
+            f"{r['recipient'] or '-'} "
             f"{r['status'] or '-'} {about} (message {r['message']}: {r['state']}, {r['source']})"
         )
     if not as_json and not rows:

@@ -184,6 +184,12 @@ STATUS_REASONS: dict[str, Reason] = {
 # Everything about the sender or its host comes before anything about the recipient, so
 # "Sender address rejected: Domain not found" is about us, not a dead domain.
 _WORDS: tuple[tuple[Reason, str], ...] = (
+    # A name server that did not answer (Postfix's "Host not found, try again"): not a verdict.
+    (
+        "networkerror",
+        r"not found, try again|temporary failure in name resolution"
+        r"|(dns|name ?server) (timeout|timed out|servfail|failure)",
+    ),
     (
         "rejected",
         r"sender (address |domain )?(is )?(rejected|denied|refused|unknown|invalid"
@@ -213,15 +219,14 @@ _WORDS: tuple[tuple[Reason, str], ...] = (
         r"|not authenticated|unauthenticated (email|mail|message)"
         r"|authentication (check|result)s? (failed|failure)|\barc\b validation",
     ),
+    ("badreputation", r"reputation|sender score|senderscore"),
     ("virusdetected", r"virus|malware|infected|trojan|worm detected|malicious"),
     (
         "spamdetected",
-        r"spam|junk mail|bulk (e-?mail|mail)|unsolicited|phish|scam"
+        r"spam(?!haus|cop|trap)|junk mail|bulk (e-?mail|mail)|unsolicited|phish|scam"
         r"|content (filter|scan)|looks like .{0,20}(spam|junk)|suspicious"
-        r"|mail content denied|message (content )?(was )?(rejected|refused)"
-        r" (as|because|due)",
+        r"|mail content denied",
     ),
-    ("badreputation", r"reputation|sender score|senderscore"),
     (
         "blocked",
         r"\bblock(ed)?\b|block ?list|black ?list|deny ?list|\bdnsbl\b|\brbl\b"
@@ -239,7 +244,7 @@ _WORDS: tuple[tuple[Reason, str], ...] = (
     (
         "speeding",
         r"rate limit|ratelimit|rate-limit|throttl|too many (messages|mails|emails"
-        r"|recipients|messages) (from|in|per|have been)|sending rate|try again later"
+        r"|recipients|messages) (from|in|per|have been|this)|sending rate|try again later"
         r".{0,30}(volume|rate)|unusual rate|too fast|mail flood|exceed(ed|s)? .{0,30}"
         r"(sending|message|mail) (rate|limit|quota)",
     ),
@@ -247,7 +252,7 @@ _WORDS: tuple[tuple[Reason, str], ...] = (
         "securityerror",
         r"authenticat(ion|e) (is )?required|must (first )?(authenticate|issue"
         r" a starttls)|tls (is )?required|requires? (tls|encryption|starttls)"
-        r"|encryption required|not authori[sz]ed|unauthori[sz]ed|certificate"
+        r"|encryption required|(?<!delivery )not authori[sz]ed|unauthori[sz]ed|certificate"
         r"|secure connection required|access denied",
     ),
     (
@@ -407,6 +412,15 @@ def reply_in(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+# A refusal before any recipient was named (the connection, HELO/EHLO, MAIL FROM) is about the
+# sender, whatever its code or words say (DESIGN invariant 6).
+SENDER_STAGE = re.compile(
+    r"(after|in reply to) (the )?(initial connection|connect|greeting|banner|helo|ehlo|mail from)"
+    r"|my name was rejected|while talking to .{0,80}>>> (helo|ehlo|mail from)",
+    re.IGNORECASE,
+)
+
+
 def status_reason(status: str | None) -> Reason | None:
     """The reason an enhanced status code names (None for `x.y.0`, unknown or no code)."""
     if not status or not STATUS_IN_TEXT.fullmatch(status):
@@ -446,6 +460,8 @@ def judge(status: str | None, reply: str | None, diagnostic: str | None) -> Verd
             reason = by_words
     else:
         reason = by_words or by_status or "undefined"
+    if KIND[reason] == "hard" and SENDER_STAGE.search(diagnostic or ""):
+        reason = "rejected"  # refused before our recipient was named: about us
     temporary = (status or "").startswith("4") or (
         not (status or "").startswith("5") and (reply or "").startswith("4")
     )

@@ -68,13 +68,19 @@ RETURNED = re.compile(
     r"^\W*(original message|returned message|unsent message|(a )?copy of (the|your) (original )?"
     r"message|below (this line )?is a copy|message headers follow|original message headers"
     r"|the (header|headers) of the original|undelivered message|original headers"
-    r"|-+ ?(original|returned|unsent|undelivered) (message|mail))"
+    r"|-+ ?(original|returned|unsent|undelivered) (message|mail)|this is a copy of the message)"
     r"|^(received|return-path|dkim-signature): ",
     re.IGNORECASE,
 )
 DSN_FIELD = re.compile(r"(?im)^(reporting-mta|final-recipient|original-recipient):")
 ADDRESS = re.compile(r"(?<![\w.@/=+-])[\w.+=/'-]{1,64}@[\w-]{1,63}(\.[\w-]{1,63})+")
 MAX_FINDINGS = 100
+# Lines of a bounce's text whose addresses are never a failed recipient: ours, or a Message-ID.
+NOT_A_RECIPIENT = re.compile(
+    r"^\W*(message-id|in-reply-to|references|from|sender|reply-to|return-path|mail from"
+    r"|envelope-from|x-[\w-]+)\s*:",
+    re.IGNORECASE,
+)
 BOUNCE_SUBJECT = re.compile(
     r"undeliver|delivery (status|failure|notification)|returned mail|failure notice|bounce"
     r"|rejected",
@@ -468,12 +474,15 @@ def _non_standard(msg: Message, message_id: str | None) -> Report:
     findings: list[Finding] = []
     for raw in sorted(permanent):
         recipient = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if not ADDRESS.fullmatch(recipient):
+            continue  # a detector's guess that is no address (a line of JSON, a phrase)
         diagnostic = _context(lines, recipient)
         status = status_in(diagnostic) if diagnostic else None
         reply = reply_in(diagnostic) if diagnostic else None
         findings.append(Finding.judged(recipient, status, reply, diagnostic, message_id))
     named = {f.recipient.lower() for f in findings if f.recipient}
-    for address in dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(text)):
+    spoken = "\n".join(line for line in lines if not NOT_A_RECIPIENT.match(line))
+    for address in dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(spoken)):
         if address.lower() in ours or address.lower() in named or len(findings) >= MAX_FINDINGS:
             continue
         diagnostic = _context(lines, address)

@@ -90,6 +90,7 @@ def _record_findings(
                 "message": message,
                 "recipient": finding.recipient,
                 "kind": finding.kind,
+                "reason": finding.reason,
                 "status": finding.status,
                 "reply": finding.reply,
                 "diagnostic": finding.diagnostic,
@@ -196,11 +197,15 @@ def receive_event(
 
 
 def findings(
-    conn: Conn, campaign_id: int | None, kind: str | None, limit: int = 100
+    conn: Conn,
+    campaign_id: int | None,
+    kind: str | None,
+    limit: int = 100,
+    reason: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The newest `limit` findings with their message (`senddock bounces list`), and how many
     more match."""
-    params = {"campaign": campaign_id, "kind": kind, "limit": limit}
+    params = {"campaign": campaign_id, "kind": kind, "reason": reason, "limit": limit}
     rows = conn.execute(QUERIES["findings"], params).fetchall()
     matching = int(rows[0].pop("matching")) if rows else 0
     for row in rows[1:]:

@@ -26,6 +26,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
+from senddock.bounces import store as bounce_store
 from senddock.campaigns import compose, edits
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
@@ -500,6 +501,23 @@ def campaign_recipients(
     rows, total = queries.recipients_page(conn, campaign_id, status, q, page, per_page)
     items = [s.Recipient(**r) for r in rows]
     return s.RecipientPage(page=page, per_page=per_page, total=total, items=items)
+
+
+# -- bounces -----------------------------------------------------------------------------------
+
+
+@router.get("/bounces", tags=["bounces"], response_model=s.BounceList)
+def list_bounces(
+    conn: Db,
+    campaign_id: Annotated[int | None, Query(ge=1, le=s.BIGINT)] = None,
+    kind: Annotated[s.BounceKind | None, Query()] = None,
+    reason: Annotated[str | None, Query(pattern="^[a-z]{1,40}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> s.BounceList:
+    """The newest bounce and complaint findings, with their kind and reason (userunknown,
+    mailboxfull, blocked, feedback, …), as `senddock bounces list` shows them."""
+    rows, more = bounce_store.findings(conn, campaign_id, kind, limit, reason)
+    return s.BounceList(items=[s.BounceFinding(**r) for r in rows], more=more)
 
 
 # -- suppressions, workers ------------------------------------------------------------------

@@ -50,6 +50,12 @@ Id = Annotated[int, Field(ge=1, le=BIGINT)]
 Attributes = dict[str, Any]
 
 Reason = Literal["bounce", "unsubscribe", "complaint", "manual"]
+# Why a bounce failed (bounces.classify: userunknown, mailboxfull, blocked, feedback, …); a
+# word, not a closed list: the taxonomy may grow. None on reports recorded before 0027.
+BounceReason = Annotated[
+    str, Field(description="Why it failed: userunknown, mailboxfull, blocked, feedback, …")
+]
+BounceKind = Literal["hard", "soft", "policy", "complaint"]
 
 
 class Strict(BaseModel):
@@ -80,6 +86,7 @@ class Suppression(BaseModel):
     created_at: datetime
     detail: str | None = None
     source_broadcast_id: int | None = None
+    bounce_reason: BounceReason | None = None
 
 
 class SubscriberMessage(BaseModel):
@@ -425,6 +432,31 @@ class RecipientPage(Page):
 
 
 # -- suppressions, workers ----------------------------------------------------------------
+
+
+class BounceFinding(BaseModel):
+    """One recipient a returned message or provider event reported on (bounces.store)."""
+
+    id: int
+    created_at: datetime
+    kind: BounceKind
+    reason: BounceReason | None
+    recipient: str | None
+    status: str | None
+    reply: str | None
+    diagnostic: str | None
+    broadcast_id: int | None
+    subscriber_id: int | None
+    campaign_id: int | None
+    message: int = Field(description="The returned message or event the finding came from")
+    state: str
+    source: str
+    why: str | None
+
+
+class BounceList(BaseModel):
+    items: list[BounceFinding]
+    more: int = Field(description="How many more findings match than `limit` shows")
 
 
 class SuppressionIn(Strict):
