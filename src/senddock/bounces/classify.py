@@ -454,7 +454,8 @@ def judge(status: str | None, reply: str | None, diagnostic: str | None) -> Verd
             reason = by_status  # "5.7.1 … user unknown": not sure enough to suppress
         elif KIND[by_status] == "hard" and KIND[by_words] != "hard":
             reason = by_words  # "5.1.1 … blocked by Spamhaus": about us after all
-        elif by_words in VAGUE and by_status not in VAGUE:
+        elif by_status == "expired" or (by_words in VAGUE and by_status not in VAGUE):
+            # x.4.7: the reporting MTA gave up; the words are only its last attempt's error.
             reason = by_status
         else:
             reason = by_words

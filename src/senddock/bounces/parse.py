@@ -81,9 +81,11 @@ NOT_A_RECIPIENT = re.compile(
     r"|envelope-from|x-[\w-]+)\s*:",
     re.IGNORECASE,
 )
+DAEMON = re.compile(r"mailer[-_ ]?daemon|post_?master|mail ?delivery|mdaemon", re.IGNORECASE)
 BOUNCE_SUBJECT = re.compile(
-    r"undeliver|delivery (status|failure|notification)|returned mail|failure notice|bounce"
-    r"|rejected",
+    r"undeliver|delivery (status|failure|failed|notification|problem)|returned mail"
+    r"|failure notice|bounce|rejected|could not be delivered|not delivered|error sending"
+    r"|delivery has failed|mail (delivery )?failed|returned to sender",
     re.IGNORECASE,
 )
 
@@ -328,6 +330,17 @@ def _provider_complaint(msg: Message, message_id: str | None) -> Report | None:
     return Report((finding,), message_id=message_id)
 
 
+def _looks_like_a_bounce(msg: Message) -> bool:
+    """Sent by a mail system about a failure: the null return path (RFC 5321 4.5.5), a
+    daemon's From, a report's content type or a bounce's subject."""
+    return (
+        _one_line(msg.get("Return-Path", "x")).strip("<> ") == ""
+        or DAEMON.search(_one_line(msg.get("From", ""), 1000)) is not None
+        or msg.get_content_type() == "multipart/report"
+        or BOUNCE_SUBJECT.search(_one_line(msg.get("Subject", ""))) is not None
+    )
+
+
 def _is_auto_reply(msg: Message) -> bool:
     auto = _one_line(msg.get("Auto-Submitted", "no")).lower()
     flagged = (
@@ -444,7 +457,9 @@ def _provider_json(text: str) -> tuple[Finding, ...]:
     from senddock.bounces.providers import NotAnEvent, ses_findings  # it builds on Finding
 
     try:
-        event, _end = json.JSONDecoder().raw_decode(text.strip())  # a footer may follow
+        # Sendmail breaks a line longer than 990 octets with "!", newline, space: undone.
+        unbroken = re.sub(r"!\r?\n ", "", text.strip())
+        event, _end = json.JSONDecoder(strict=False).raw_decode(unbroken)  # a footer may follow
         if isinstance(event, dict) and isinstance(event.get("Message"), str):
             event = json.loads(event["Message"])
         return ses_findings(event)
@@ -481,6 +496,8 @@ def _non_standard(msg: Message, message_id: str | None) -> Report:
         reply = reply_in(diagnostic) if diagnostic else None
         findings.append(Finding.judged(recipient, status, reply, diagnostic, message_id))
     named = {f.recipient.lower() for f in findings if f.recipient}
+    if not _looks_like_a_bounce(msg):
+        lines = []  # anyone's mail may name an address beside "user unknown": not a bounce
     spoken = "\n".join(line for line in lines if not NOT_A_RECIPIENT.match(line))
     for address in dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(spoken)):
         if address.lower() in ours or address.lower() in named or len(findings) >= MAX_FINDINGS:
