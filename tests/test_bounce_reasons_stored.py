@@ -4,7 +4,7 @@ A real broadcast is sent by a real worker to a real SMTP server; returned messag
 of its jobs are recorded with `store.receive` (as the listener, the poller and the pipe do),
 then the rows and every surface that shows them are read: the finding, the job's record, the
 suppression, `senddock bounces list` (text and --json), `senddock suppressions list`, and
-the API's bounce and suppression lists.
+the API's bounce and suppression lists, the dashboard's suppression page.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 
 from senddock.testing import Catcher
+from senddock.web import auth
 from support import Conn, jobs, senddock
 from test_bounce_cli import env_for
 from test_bounce_effects import back, report, sent, suppressions
+from test_dashboard import EMAIL, PASSWORD, logged_in
 from web_support import ServerFactory, make_token
 from web_support import serve as serve  # the `senddock serve` fixture
 
@@ -88,6 +90,12 @@ def test_the_reason_is_shown_by_the_commands_and_the_api(
         policy = c.get("/api/v1/bounces", params={"kind": "policy", "limit": 1}).json()
         hostile = c.get("/api/v1/bounces", params={"reason": "x' OR 1=1 --"})
         gone = c.get("/api/v1/suppressions").json()
+    auth.create_admin(conn, EMAIL, PASSWORD)
+    with logged_in(server) as (http, _):
+        page = http.get("/suppressions").text
+    rows = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert '<td>bounce <span class="hint">userunknown</span></td>' in rows
+    assert '<td>complaint <span class="hint">feedback</span></td>' in rows
     assert {i["recipient"]: i["reason"] for i in everything["items"]} == {
         email: reason for email, _, reason in SAMPLES.values()
     }
