@@ -218,6 +218,27 @@ def test_addresses_in_text_that_is_no_bounce_or_ours_suppress_nobody(raw: bytes)
     assert all(f.kind not in ("hard", "complaint") for f in report.findings), report
 
 
+def test_an_address_the_words_name_as_the_sender_is_no_recipient() -> None:
+    raw = (
+        b"From: Mail Delivery Subsystem <MAILER-DAEMON@aol.example>\r\nTo: b@bounces.example\r\n"
+        b"Subject: Returned mail\r\n\r\nYour mail to the following recipients could not be "
+        b"delivered because\r\nthey are not accepting mail from news@lists.example:\r\n"
+        b"    screenname\r\n"
+    )
+    assert [f.recipient for f in parse(raw).findings if f.kind == "hard"] == []
+
+
+def test_an_x400_address_is_read_without_its_prefix() -> None:
+    raw = (
+        b"From: postmaster@exchange.example\r\nTo: b@bounces.example\r\n"
+        b"Subject: Undeliverable: news\r\n\r\nYour message did not reach some or all of the "
+        b"intended recipients.\r\n\r\n  c=US;a= ;p=ORG;dda:SMTP=ann@example.org; on Fri\r\n"
+        b"  The recipient name is not recognized\r\n"
+    )
+    got = [(f.recipient, f.reason) for f in parse(raw).findings]
+    assert got == [("ann@example.org", "userunknown")]
+
+
 def test_sisimais_corpus_meets_the_targets() -> None:
     """Sisimai's public corpus with its verdicts, when it is beside the repository (the
     hand-written fixtures above are the tests that always run)."""

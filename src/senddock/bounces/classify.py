@@ -296,7 +296,7 @@ _WORDS: tuple[tuple[Reason, str], ...] = (
     ),
     (
         "notaccept",
-        r"null mx|does not accept (e-?)?mail|not accepting (any )?(e-?)?mail"
+        r"null mx|does not accept (e-?)?mail|not accepting (any )?(e-?)?mail(?! from)"
         r"|accepts no mail|no mail (is )?accepted|indicated no smtp service"
         r"|not accepting network messages",
     ),
@@ -339,7 +339,7 @@ _WORDS: tuple[tuple[Reason, str], ...] = (
         "filtered",
         r"delivery not authori[sz]ed|filtered|rejected by (the )?recipient"
         r"|recipient (has )?(refused|blocked|rejected)|will not accept|refused by"
-        r" (the )?(user|recipient)",
+        r" (the )?(user|recipient)|not accepting (e-?)?mail from",
     ),
     (
         "policyviolation",

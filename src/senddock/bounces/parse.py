@@ -73,7 +73,10 @@ RETURNED = re.compile(
     re.IGNORECASE,
 )
 DSN_FIELD = re.compile(r"(?im)^(reporting-mta|final-recipient|original-recipient):")
-ADDRESS = re.compile(r"(?<![\w.@/=+-])[\w.+=/'-]{1,64}@[\w-]{1,63}(\.[\w-]{1,63})+")
+# An address in a bounce's words; it starts after an `=` (X.400's `SMTP=a@b.example`).
+ADDRESS = re.compile(r"(?<![\w.@/+-])[\w.+/'-]{1,64}@[\w-]{1,63}(\.[\w-]{1,63})+")
+# An address the words name as the sender ("not accepting mail from list@…"), not a recipient.
+SENDER_BEFORE = re.compile(r"\bfrom:?\s*<?$", re.IGNORECASE)
 MAX_FINDINGS = 100
 # Lines of a bounce's text whose addresses are never a failed recipient: ours, or a Message-ID.
 NOT_A_RECIPIENT = re.compile(
@@ -437,6 +440,10 @@ def _context(lines: list[str], address: str) -> str | None:
     return _one_line(" ".join(lines[at[0] : at[0] + 4])) if at else None
 
 
+def _occurrences(text: str, address: str) -> list[re.Match[str]]:
+    return list(re.finditer(re.escape(address), text, re.IGNORECASE))
+
+
 def _ours(msg: Message) -> frozenset[str]:
     """Addresses in a bounce that are not a failed recipient: who sent it and to whom."""
     fields = ("From", "To", "Sender", "Reply-To", "Return-Path")
@@ -501,6 +508,8 @@ def _non_standard(msg: Message, message_id: str | None) -> Report:
     spoken = "\n".join(line for line in lines if not NOT_A_RECIPIENT.match(line))
     for address in dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(spoken)):
         if address.lower() in ours or address.lower() in named or len(findings) >= MAX_FINDINGS:
+            continue
+        if all(SENDER_BEFORE.search(spoken[: m.start()]) for m in _occurrences(spoken, address)):
             continue
         diagnostic = _context(lines, address)
         status = status_in(diagnostic) if diagnostic else None
