@@ -93,9 +93,9 @@ def test_the_reason_is_shown_by_the_commands_and_the_api(
     auth.create_admin(conn, EMAIL, PASSWORD)
     with logged_in(server) as (http, _):
         page = http.get("/suppressions").text
-    rows = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
-    assert '<td>bounce <span class="hint">userunknown</span></td>' in rows
-    assert '<td>complaint <span class="hint">feedback</span></td>' in rows
+    table = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert '<td>bounce <span class="hint">userunknown</span></td>' in table
+    assert '<td>complaint <span class="hint">feedback</span></td>' in table
     assert {i["recipient"]: i["reason"] for i in everything["items"]} == {
         email: reason for email, _, reason in SAMPLES.values()
     }
