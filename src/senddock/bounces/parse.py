@@ -78,6 +78,11 @@ ADDRESS = re.compile(r"(?<![\w.@/+-])[\w.+/'-]{1,64}@[\w-]{1,63}(\.[\w-]{1,63})+
 # An address the words name as the sender ("not accepting mail from list@…"), not a recipient.
 SENDER_BEFORE = re.compile(r"\bfrom:?\s*<?$", re.IGNORECASE)
 MAX_FINDINGS = 100
+# How much of a bounce's own text is read, line by line and in all: enough for any real
+# report (the longest of Sisimai's 632 is far shorter), bounded for a hostile one.
+MAX_LINE = 1000
+MAX_TEXT = 200_000
+MAX_CANDIDATES = 300
 # Lines of a bounce's text whose addresses are never a failed recipient: ours, or a Message-ID.
 NOT_A_RECIPIENT = re.compile(
     r"^\W*(message-id|in-reply-to|references|from|sender|reply-to|return-path|mail from"
@@ -395,10 +400,12 @@ def _cut(text: str) -> str:
         lines = [ln[2:] if ln.startswith("> ") else ln[1:] if ln.startswith(">") else ln
                  for ln in lines]  # fmt: skip
     kept = []
+    size = 0
     for line in lines:
-        if RETURNED.search(line):
+        if RETURNED.search(line[:MAX_LINE]) or size > MAX_TEXT:
             break
-        kept.append(line)
+        kept.append(line[:MAX_LINE])  # the words of a reply are short; a hostile line is not
+        size += len(kept[-1]) + 1
     return "\n".join(kept)
 
 
@@ -506,10 +513,14 @@ def _non_standard(msg: Message, message_id: str | None) -> Report:
     if not _looks_like_a_bounce(msg):
         lines = []  # anyone's mail may name an address beside "user unknown": not a bounce
     spoken = "\n".join(line for line in lines if not NOT_A_RECIPIENT.match(line))
-    for address in dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(spoken)):
-        if address.lower() in ours or address.lower() in named or len(findings) >= MAX_FINDINGS:
+    candidates = dict.fromkeys(a.group(0).strip(".") for a in ADDRESS.finditer(spoken))
+    for address in itertools.islice(candidates, MAX_CANDIDATES):
+        if len(findings) >= MAX_FINDINGS:
+            break
+        if address.lower() in ours or address.lower() in named:
             continue
-        if all(SENDER_BEFORE.search(spoken[: m.start()]) for m in _occurrences(spoken, address)):
+        before = [spoken[max(0, m.start() - 40) : m.start()] for m in _occurrences(spoken, address)]
+        if all(SENDER_BEFORE.search(text) for text in before):
             continue
         diagnostic = _context(lines, address)
         status = status_in(diagnostic) if diagnostic else None
