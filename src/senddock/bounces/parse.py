@@ -485,9 +485,10 @@ def _non_standard(msg: Message, message_id: str | None) -> Report:
     """Bounces in no standard format: flufl.bounce's detectors, then the failed recipients'
     addresses and reasons read from the bounce's own text (before the returned message)."""
     temporary, permanent = all_failures(msg)
-    text = _cut(_own_text(msg))
-    if text.lstrip().startswith("{") and "notificationType" in text:
-        found = _provider_json(text)
+    own = _own_text(msg)
+    text = _cut(own)
+    if own.lstrip().startswith("{") and "notificationType" in own:
+        found = _provider_json(own)  # whole: its JSON is one long line
         if found:
             return Report(found, message_id=message_id)
     blocks = _text_dsn(text)
