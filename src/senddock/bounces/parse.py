@@ -1,17 +1,23 @@
-"""Read one returned message: which recipients failed, how, and which message of ours it was.
+"""Read one returned message: which recipients failed, why, and which message of ours it was.
 
 In order, the first that applies decides:
 1. an RFC 3464 delivery status notification (a `message/delivery-status` part): each
-   per-recipient block with `Action: failed` is a finding, its kind from its Status and
-   Diagnostic-Code (bounces.classify); `delayed`, `delivered`, `relayed` and `expanded`
-   blocks are notices, not bounces;
-2. an RFC 5965 feedback report (`message/feedback-report`): `abuse` and `fraud` are
-   complaints about the recipients in Original-Rcpt-To (else the returned message's To);
+   per-recipient block with `Action: failed` is a finding, its reason and kind from its
+   Status and Diagnostic-Code (bounces.classify), or from the bounce's own words beside its
+   recipient when the block names no reason; `delayed`, `delivered`, `relayed` and
+   `expanded` blocks are notices, not bounces; a block whose fields run into the next
+   recipient's (no blank line between them, as AOL sends) is split;
+2. an RFC 5965 feedback report (`message/feedback-report`): `abuse`, `fraud` and `opt-out`
+   are complaints (reason `feedback`) about the recipients in Original-Rcpt-To (else the
+   returned message's To); so are Microsoft's JMRP reports and Apple Mail's unsubscribe
+   requests, in their own formats;
 3. an RFC 3834 auto-reply (out of office, vacation): nothing;
 4. the non-standard bounces MTAs still send (qmail, Exim's text, old Exchange, Yahoo, …):
-   flufl.bounce's detectors find the permanently failed addresses, and the text beside each
-   address gives its status, reply and diagnostic; the temporary ones it finds are delay
-   warnings, not bounces.
+   an SES notification mailed as JSON, DSN fields written as text (a forwarded report),
+   flufl.bounce's detectors' permanently failed addresses, and, in mail that looks like a
+   bounce, the addresses of its own text (up to the message it returns; not ours, not a
+   Message-ID, not one its words name as the sender) that have a status or a reason beside
+   them; a delay warning is not a bounce.
 
 The returned message's own Message-ID is kept (ours names the broadcast and the subscriber),
 so a bounce can be matched even without a VERP return path. Nothing here raises on bad
