@@ -417,8 +417,8 @@ WHERE j.id = d.id
 -- Invariant 8: "done" is observable. A broadcast is finished (and, by the trigger
 -- campaign_follows_broadcast, its campaign sent) only when it is fully enqueued (no
 -- broadcast_enqueues row: the last chunk deletes it with its jobs) and no job is pending,
--- sending or retry. A cancelled broadcast's jobs that were in flight when it was cancelled, and
--- came back as retry or pending (release), are cancelled here too.
+-- sending, retry or unconfirmed. A cancelled broadcast's jobs that were in flight when it was
+-- cancelled, and came back as retry or pending (release), are cancelled here too.
 -- `seen` is the broadcast as of this statement's snapshot; if retry-failed reopened it since
 -- (bump_generation), the re-read row no longer matches and it is not finished.
 WITH leftovers AS (
@@ -430,16 +430,12 @@ UPDATE broadcasts b SET status = 'finished', finished_at = now()
 FROM broadcasts seen
 WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM broadcast_enqueues e WHERE e.broadcast_id = b.id)
-  -- No job left in pending, sending or retry: its total less its jobs in a final state, from
-  -- the counters (queue/counts.py), a few rows however big it is (a NOT EXISTS over its jobs
-  -- walked every sent one before the first pending, each call: 123 ms to 0.7 ms).
-  AND (SELECT coalesce(sum(CASE WHEN k.state = 'total' THEN k.n
-                                WHEN k.state = 'retry' THEN 0 ELSE -k.n END), 0)
-       FROM broadcast_counts k WHERE k.broadcast_id = b.id) = 0
-  -- Nor unconfirmed (issue 23): a person has to resend or confirm it before the campaign is
-  -- `sent`, so "sent" never hides a message that may not have gone.
-  AND coalesce((SELECT sum(k.n) FROM broadcast_counts k
-                WHERE k.broadcast_id = b.id AND k.state = 'unconfirmed'), 0) = 0
+  -- No job left in pending, sending, retry or unconfirmed: the one definition of unfinished
+  -- (senddock_unfinished, migration 0026), from the counters, a few rows however big the
+  -- broadcast is (a NOT EXISTS over its jobs walked every sent one before the first pending,
+  -- each call: 123 ms to 0.7 ms). A later report's counter never changes it (issue 33), and an
+  -- unconfirmed job keeps it open until a person resends or confirms it (issue 23).
+  AND senddock_unfinished(b.id) = 0
 RETURNING b.campaign_id AS id
 
 -- name: pause_for_sender_fault

@@ -116,7 +116,7 @@ def progress(counts: dict[str, Any], status: str) -> dict[str, Any]:
     cancel: its cancelled jobs are final, but a bar full of them read as "100 % done"."""
     total = int(counts.get("total", 0))
     went = int(counts.get("sent", 0)) + int(counts.get("failed", 0))
-    done = went + int(counts.get("cancelled", 0))
+    done = total - int(counts.get("unfinished", 0))  # Counts.done: the one definition
     shown = went if status == "cancelled" else done
     percent = shown * 100 // total if total else (100 if status == "sent" else 0)
     return {**counts, "done": done, "percent": percent}
