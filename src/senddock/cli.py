@@ -380,8 +380,9 @@ def status_cmd(campaign_id: int, as_json: bool, watch: bool) -> None:
     """Exact counts, read from the queue."""
     if watch and as_json:
         raise click.UsageError("--watch and --json do not go together")
+    lease = settings().lease_seconds
     with db() as conn:
-        st = campaigns.status(conn, campaign_id)
+        st = campaigns.status(conn, campaign_id, lease)
         if watch:
             st = _watch(conn, campaign_id, st)
     if as_json:
@@ -405,7 +406,7 @@ def _settled(st: dict[str, Any]) -> bool:
 
 def _status_lines(st: dict[str, Any]) -> list[str]:
     """`campaign status` as text: a headline, the counts, then why it waits or stopped."""
-    head = f"campaign {st['id']} {st['name']!r}: {st['status']}"
+    head = f"campaign {st['id']} {st['name']!r}: {st['state']}"
     if st["status"] == "cancelled" and st["broadcast_id"] is not None:
         head += (
             f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
@@ -422,6 +423,11 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
         " rejected {rejected})  cancelled {cancelled}  unconfirmed {unconfirmed}".format(**st),
     ]
+    if st["no_live_worker"]:
+        lines.append(
+            "  no live worker: nothing is being sent; start `senddock worker` (jobs a dead"
+            " worker held are rescued once one runs)"
+        )
     if st["unconfirmed"]:
         lines.append(
             f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
@@ -479,7 +485,7 @@ def _watch(
         with Live(view(st), console=console, auto_refresh=False) as live:
             while not _settled(st):
                 time.sleep(1.0)
-                st = campaigns.status(conn, campaign_id)
+                st = campaigns.status(conn, campaign_id, settings().lease_seconds)
                 live.update(view(st), refresh=True)
     except KeyboardInterrupt:
         pass
@@ -520,11 +526,12 @@ def cancel_cmd(campaign_id: int) -> None:
 @cli.command("workers", epilog=epilog(*DB))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def workers_cmd(as_json: bool) -> None:
-    """Live workers: last heartbeat (database clock) and the jobs each holds."""
+    """Registered workers: health, last heartbeat (database clock) and the jobs each holds."""
     from senddock.delivery.rescuer import list_workers
 
+    lease = settings().lease_seconds
     with db() as conn:
-        rows = list_workers(conn)
+        rows = list_workers(conn, lease)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -532,9 +539,14 @@ def workers_cmd(as_json: bool) -> None:
         click.echo("no workers registered")
     for w in rows:
         click.echo(
-            f"worker {w['id']}  {w['host']} pid {w['pid']}  senders {w['concurrency']}"
-            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {plural(w['holding'], 'job')}"
-            + ("  (stopping)" if w["stopping"] else "")
+            f"worker {w['id']}  {w['health']}  {w['host']} pid {w['pid']}"
+            f"  senders {w['concurrency']}  heartbeat {w['heartbeat_age']:.1f}s ago"
+            f"  holding {plural(w['holding'], 'job')}"
+            + (
+                f"  (silent past the {lease:g} s lease: a live worker rescues its jobs)"
+                if w["health"] == "dead"
+                else ""
+            )
         )
 
 
@@ -862,7 +874,7 @@ def list_cmd(as_json: bool, archived: bool) -> None:
     )
     for r in rows:
         click.echo(
-            f"{r['id']:>6}  {r['status']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
+            f"{r['id']:>6}  {r['state']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
             f"  {r['cancelled']:>9}  {r['created_at']:%Y-%m-%d %H:%M}  {r['name']}"
         )
 

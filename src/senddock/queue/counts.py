@@ -91,6 +91,18 @@ class Counts:
 
 
 COUNT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
+
+# The state a person reads for a campaign that has drained but for unconfirmed jobs: only they
+# can end it (confirm or resend), so it is not "sending 99 %".
+WAITING = "waiting for a decision"
+
+
+def shown_status(status: str, counts: Counts) -> str:
+    """A campaign's status as every surface shows it: its stored status, except a sending one
+    whose only unfinished jobs are unconfirmed, which waits for a decision."""
+    return WAITING if status == "sending" and counts.waiting_for_decision else status
+
+
 # The counter of each later report's kind: broadcast_counts state 'later:<kind>'.
 LATER: dict[str, str] = {
     "hard": "bounced_later",

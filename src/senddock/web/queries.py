@@ -16,7 +16,7 @@ import psycopg
 from senddock.campaigns import UnknownCampaign
 from senddock.campaigns.recipients import page as recipient_page
 from senddock.db import sql
-from senddock.queue.counts import Counts, counts_of
+from senddock.queue.counts import Counts, counts_of, shown_status
 
 QUERIES = sql.load(__package__, "queries.sql")
 
@@ -147,7 +147,11 @@ def campaigns_page(
     page = []
     for r in rows:
         of = counts.get(r["broadcast_id"], none)
-        shown = {**progress(of.as_dict(), r["status"]), "complaint_rate": of.complaint_rate}
+        shown = {
+            **progress(of.as_dict(), r["status"]),
+            "complaint_rate": of.complaint_rate,
+            "state": shown_status(r["status"], of),
+        }
         page.append({**r, "lists": list(r["lists"]), **shown})
     return page, total
 

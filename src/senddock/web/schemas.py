@@ -244,6 +244,13 @@ class CampaignStatus(BaseModel):
     id: int
     name: str
     status: str
+    state: str = Field(
+        description="What a person reads: the status, or 'waiting for a decision' once only"
+        " unconfirmed recipients are left (confirm or resend them)"
+    )
+    no_live_worker: bool = Field(
+        default=False, description="It has work for a worker and no worker is live"
+    )
     broadcast_id: int | None
     total: int
     pending: int
@@ -264,6 +271,10 @@ class CampaignStatus(BaseModel):
     soft_later: SoftLater = 0
     policy_later: PolicyLater = 0
     complaints: Complaints = 0
+    unfinished: int = Field(
+        default=0,
+        description="Jobs pending, sending, retry or unconfirmed: the campaign is sent at 0",
+    )
     complaint_rate: ComplaintRate = 0.0
     pause_reason: str | None
     last_sender_fault: str | None
@@ -292,6 +303,7 @@ class CampaignSummary(LaterCounts):
     id: int
     name: str
     status: str
+    state: str = Field(description="What a person reads (see CampaignStatus.state)")
     subject: str
     from_addr: str
     lists: list[str]
@@ -451,6 +463,9 @@ class WorkerInfo(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age: float
+    health: Literal["live", "late", "stopping", "dead"] = Field(
+        description="dead: silent past the lease; a live worker rescues what it holds"
+    )
     stopping: bool
     holding: int
 

@@ -23,3 +23,13 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(sum(k.n * senddock_unfinished_weight(k.state)), 0)::bigint
     FROM broadcast_counts k WHERE k.broadcast_id = broadcast
 $$;
+
+-- Invariant 5's clock, once: how long ago a worker's heartbeat was, on the database clock,
+-- counted from the later of its last beat and the server's start (a Postgres restart gives
+-- every worker a full lease to come back). The rescuer buries on it (delivery/rescuer.sql), and
+-- `senddock workers`, the workers page and `campaign send`'s warning judge "live" on it, so no
+-- surface calls a worker live after its peers may have buried it (issue 33).
+CREATE FUNCTION senddock_heartbeat_age(heartbeat timestamptz) RETURNS double precision
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT extract(epoch FROM now() - greatest(heartbeat, pg_postmaster_start_time()))::float8
+$$;
