@@ -13,6 +13,7 @@ matches nothing is kept, unmatched, and suppresses nobody.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Sequence
@@ -105,17 +106,24 @@ def _record_findings(
     message read. [(finding id, finding, match)]."""
     recorded: Recorded = []
     key = _message_key(conn) if named is None else None
-    for finding in findings[:MAX_FINDINGS]:
+    for given in findings[:MAX_FINDINGS]:
+        finding = dataclasses.replace(
+            given,
+            recipient=_clean(given.recipient),
+            status=_clean(given.status),
+            reply=_clean(given.reply),
+            diagnostic=_clean(given.diagnostic),
+        )
         match = _match(conn, finding, named, fallback_message_id, key)
         row = conn.execute(
             QUERIES["finding"],
             {
                 "message": message,
-                "recipient": _clean(finding.recipient),
+                "recipient": finding.recipient,
                 "kind": finding.kind,
-                "status": _clean(finding.status),
-                "reply": _clean(finding.reply),
-                "diagnostic": _clean(finding.diagnostic),
+                "status": finding.status,
+                "reply": finding.reply,
+                "diagnostic": finding.diagnostic,
                 "b": match.broadcast_id if match else None,
                 "s": match.subscriber_id if match else None,
             },

@@ -228,7 +228,12 @@ class Webhooks:
             return _answer(503, "could not reach SNS: send it again", **BUSY)
         if message.type != "Notification":
             return JSONResponse({"new": False, "findings": 0})
-        return self._store("ses", body, message.findings)
+        # SNS delivers a message again as it retries, and anyone may replay it: its MessageId
+        # (signed) makes it one event, whatever unsigned bytes around it changed.
+        identity = None
+        if message.message_id:
+            identity = f"{message.topic}\0{message.message_id}".encode("utf-8", "surrogatepass")
+        return self._store("ses", body, message.findings, identity=identity)
 
     async def ses(self, request: Request) -> Response:
         if not self.topics:
@@ -242,8 +247,9 @@ class Webhooks:
         assert key is not None
         event = providers.verify_mailgun(body, key.get_secret_value())
         signature = json.loads(body)["signature"]
-        token = f"{signature.get('timestamp')}.{signature.get('token')}".encode()
-        return self._store("mailgun", body, providers.mailgun_findings(event), identity=token)
+        token = f"{signature.get('timestamp')}.{signature.get('token')}"
+        identity = token.encode("utf-8", "surrogatepass")
+        return self._store("mailgun", body, providers.mailgun_findings(event), identity=identity)
 
     async def mailgun(self, request: Request) -> Response:
         if self.settings.mailgun_signing_key is None:
@@ -283,7 +289,8 @@ class Webhooks:
         # Postmark reports its own MessageID; ours is in the bounce itself ("Content", when
         # the webhook includes it), in the returned original's headers.
         content = json.loads(body).get("Content")
-        ours = parse(content.encode()).message_id if isinstance(content, str) else None
+        returned = content.encode("utf-8", "replace") if isinstance(content, str) else None
+        ours = parse(returned).message_id if returned is not None else None
         return self._store("postmark", body, findings, ours)
 
     async def postmark(self, request: Request) -> Response:
