@@ -56,6 +56,7 @@ class BounceHandler:
         self.clock = clock
         # The times of each client's messages in the last minute (at most per_minute each).
         self.recent: dict[str, deque[float]] = {}
+        self.pruned_at = clock()
 
     def ours(self, address: str) -> bool:
         local, at, domain = address.rpartition("@")
@@ -66,7 +67,8 @@ class BounceHandler:
 
     def _sent_lately(self, client: str) -> deque[float]:
         now = self.clock()
-        if len(self.recent) > 10_000:  # forget the clients quiet for a minute
+        if now - self.pruned_at > MINUTE:  # forget the clients quiet for a minute, once a minute
+            self.pruned_at = now
             quiet = [c for c, times in self.recent.items() if not times or times[-1] < now - MINUTE]
             for c in quiet:
                 del self.recent[c]
