@@ -7,8 +7,11 @@ re-delivers a message whose digest is known (nothing changes). `receive_event` d
 for a provider's verified webhook event (bounces.providers), whose findings are already read.
 
 A finding is matched to a job by the VERP address it came to (signed: a forged one names
-nobody), else by our Message-ID in the returned original when that job still has it. What
-matches nothing is kept, unmatched, and suppresses nobody.
+nobody; a report there about someone else still names only that address's job), else by our
+Message-ID in the returned original when its per-recipient token holds (messages/message_id.py)
+and that job still has it (invariant 10). What matches nothing is kept, unmatched, and
+suppresses nobody. At most MAX_FINDINGS of a message's findings are read, their text made
+storable (U+FFFD for a NUL or a lone surrogate).
 """
 
 from __future__ import annotations
