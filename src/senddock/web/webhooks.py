@@ -26,7 +26,10 @@ a dashboard session gives it nothing. In order:
 Replay: Mailgun and SendGrid signatures older than 15 minutes are refused; within that
 window the digest makes an exact replay change nothing. Mailgun signs only its timestamp
 and token, not the event, so its event is keyed by the token: the same token with another
-body changes nothing either.
+body changes nothing either. SNS signs some fields of its JSON only: its event is keyed by its
+topic and signed MessageId, so a replay with other unsigned bytes is the same event. A signed
+event whose text Postgres cannot keep (a lone surrogate, a NUL) is stored with U+FFFD and
+answered 200, never 500 (a provider would retry it forever).
 """
 
 from __future__ import annotations
