@@ -10,8 +10,11 @@ bytes of what came back are purged after SENDDOCK_BOUNCE_RAW_DAYS.
 from __future__ import annotations
 
 import asyncio
+import signal
 import smtplib
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -24,7 +27,8 @@ from senddock.bounces.store import MAX_FINDINGS, Received, receive
 from senddock.db import connect
 from senddock.delivery.cleaner import clean
 from senddock.queue.counts import count
-from support import Conn, jobs, send_campaign
+from support import Conn, jobs, send_campaign, wait_until
+from test_bounce_cli import _listening, env_for
 from test_bounce_listener import DSN, KEY, PATH, rows, send
 from web_support import free_port
 
@@ -171,3 +175,24 @@ def test_raw_reports_are_purged_after_their_retention_and_their_findings_stay(
     # The same message again is still known by its digest: it changes nothing.
     again = receive(conn, "pipe", DSN, to, PATH, KEY)
     assert (again.new, again.id) == (False, old.id)
+
+
+def test_bounces_serve_takes_its_per_minute_cap_from_the_setting(db_url: str) -> None:
+    port = free_port()
+    args = [sys.executable, "-m", "senddock", "bounces", "serve", "--port", str(port)]
+    env = env_for(db_url, SENDDOCK_BOUNCE_PER_MINUTE="2")
+    proc = subprocess.Popen(args, env=env, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: _listening(port), timeout=30)
+        with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+            for n in range(2):
+                smtp.sendmail("", ["b@bounces.example.org"], DSN + f"{n}\r\n".encode())
+            code, said = smtp.mail("<>")
+            assert code == 451, said
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
