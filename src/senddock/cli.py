@@ -1457,12 +1457,12 @@ class TempFail(Fail):
 
 def _bounce_store(
     s: Settings, url: str, source: str
-) -> Callable[[bytes, str | None], bounce_store.Received]:
+) -> Callable[[bytes, bounce_store.Recipients], bounce_store.Received]:
     """Store and apply one returned message (one transaction each), with the link key."""
     path = ReturnPath.parse(s.bounce_domain) if s.bounce_domain else None
     soft = effects.SoftLimit(s.soft_bounce_limit, s.soft_bounce_days)
 
-    def store(raw: bytes, to: str | None) -> bounce_store.Received:
+    def store(raw: bytes, to: bounce_store.Recipients) -> bounce_store.Received:
         with connect(url) as conn:
             key = compose.link_key(conn, s)
             return bounce_store.receive(conn, source, raw, to, path, key, soft)
@@ -1525,7 +1525,10 @@ def bounces_serve(host: str, port: int) -> None:
         raise Fail("set SENDDOCK_BOUNCE_DOMAIN: the listener takes mail only for it")
     url = current_database(s)
     store = _bounce_store(s, url, "smtp")
-    listener = BounceListener(BounceHandler(ReturnPath.parse(s.bounce_domain), store), host, port)
+    handler = BounceHandler(
+        ReturnPath.parse(s.bounce_domain), store, per_minute=s.bounce_per_minute
+    )
+    listener = BounceListener(handler, host, port)
     try:
         listener.start()
     except Exception as exc:

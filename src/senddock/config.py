@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     # This many soft bounces (distinct messages) within this many days suppress an address.
     soft_bounce_limit: int = Field(default=3, ge=1)
     soft_bounce_days: int = Field(default=30, ge=1)
+    # A returned message's or event's bytes are kept this many days (0: forever); its findings
+    # and their effects stay. `bounces serve` takes at most this many messages a minute from
+    # one client address (451 past them: a relay tries again later).
+    bounce_raw_days: int = Field(default=30, ge=0)
+    bounce_per_minute: int = Field(default=300, ge=1)
 
     @functools.cached_property
     def proxies(self) -> list[str]:

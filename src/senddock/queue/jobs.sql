@@ -20,8 +20,9 @@ SELECT total FROM broadcasts WHERE id = %(b)s
 -- Invariant 7: one broadcast per campaign (unique campaign_id). It starts `running`; the
 -- trigger campaign_follows_broadcast moves its campaign from draft to sending in this statement.
 -- Its audience filter (a segment's, migration 0021) is fixed here for every chunk.
-INSERT INTO broadcasts (campaign_id, total, message_token, message_domain, audience_filter)
-VALUES (%(c)s, 0, %(token)s, %(domain)s, %(filter)s) RETURNING id
+-- (message_token, the per-broadcast token of Message-IDs before 0028, is no longer written.)
+INSERT INTO broadcasts (campaign_id, total, message_domain, audience_filter)
+VALUES (%(c)s, 0, %(domain)s, %(filter)s) RETURNING id
 
 -- name: last_subscriber
 -- The recipients are fixed now: nobody who signs up after this moment is swept in.
@@ -40,9 +41,11 @@ UPDATE campaigns SET broadcast_id = %(b)s, updated_at = now() WHERE id = %(c)s
 
 -- name: take_enqueue
 -- One part of a broadcast still being enqueued, its row locked for this chunk. SKIP LOCKED: a
--- worker is enqueuing that part already, take another or come back later.
+-- worker is enqueuing that part already, take another or come back later. With it, the key
+-- of the Message-IDs' per-recipient token (migration 0028).
 SELECT e.broadcast_id, e.part, e.after_id, e.last_id, e.since, b.campaign_id, b.status,
-       b.message_token, b.message_domain, b.audience_filter
+       b.message_domain, b.audience_filter,
+       (SELECT value FROM app_secrets WHERE name = 'message_id_key') AS message_key
 FROM broadcast_enqueues e JOIN broadcasts b ON b.id = e.broadcast_id
 WHERE %(b)s::bigint IS NULL OR e.broadcast_id = %(b)s
 ORDER BY e.broadcast_id, e.part
@@ -85,7 +88,10 @@ WHERE cl.campaign_id = %(c)s
 -- Invariant 7: one pending job per distinct (one subscriber per address), active,
 -- non-suppressed address that is confirmed on any of the campaign's lists, for subscriber ids
 -- in (after, hi]. The Message-ID is fixed here, so every attempt of the job carries the same one
--- (invariant 9). The range is spelled on both tables so each is read through its key, not
+-- (invariant 9); its token is HMAC-SHA256 over "broadcast.subscriber" with the Message-ID key,
+-- made from the key's padded forms `ikey`, `okey` (bounces/verp.py): a recipient cannot make
+-- another's, so a report quoting it is about that job (invariant 10). Two sha256() a row cost
+-- about what bench/enqueue.py shows (docs/bounce-forgery-2026-12-07.md). The range is spelled on both tables so each is read through its key, not
 -- scanned. Chunks never overlap (each part's range is its own, its cursor moves with its jobs,
 -- its row is locked while a chunk runs), so a job that exists already is never expected; the
 -- unique key still refuses one. Plain, the insert costs about a quarter less than with ON
@@ -96,8 +102,11 @@ WHERE cl.campaign_id = %(c)s
 -- without one), so a segment narrows the same one set-based pass.
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
-       '<sd.' || %(b)s::bigint || '.' || s.id || '.' || %(token)s::text || '@'
-       || %(domain)s::text || '>'
+       '<sd.' || %(b)s::bigint || '.' || s.id || '.'
+       || encode(substr(sha256(%(okey)s::bytea
+                               || sha256(%(ikey)s::bytea || (%(b)s::bigint || '.' || s.id)::bytea)),
+                        1, 16), 'hex')
+       || '@' || %(domain)s::text || '>'
 FROM subscribers s
 WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
   AND s.id IN (SELECT m.subscriber_id FROM list_memberships m
