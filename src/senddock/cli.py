@@ -277,9 +277,20 @@ def import_cmd(file: Path, list_name: str) -> None:
     suppressed = f", {blocked} blocklisted in listmonk and suppressed" if blocked else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
-        f" {plural(report.addresses, 'subscriber')}{merged}{suppressed};"
-        f" rejected {plural(report.rejected_count, 'row')}"
+        f" {plural(report.addresses, 'subscriber')} ({report.created} new){merged}{suppressed};"
+        f" rejected {plural(report.rejected_count, 'row')}; {_lines_read(report)}"
     )
+
+
+def _lines_read(report: audience.ImportReport) -> str:
+    """Every line of the file accounted for: `N lines: 1 header + imported + rejected …`."""
+    lines = report.lines
+    parts = ["1 header", f"{report.imported} imported", f"{report.rejected_count} rejected"]
+    if lines.blank:
+        parts.append(f"{lines.blank} blank")
+    if lines.inside:
+        parts.append(f"{lines.inside} inside quoted fields")
+    return f"{plural(lines.read, 'line')}: {' + '.join(parts)}"
 
 
 @cli.group()
