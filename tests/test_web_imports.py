@@ -72,3 +72,22 @@ def test_a_header_naming_a_column_twice_is_refused_naming_it(
     assert job["error"] == "the file: the header row names the column 'city' twice"
     row = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
     assert row is not None and row["n"] == 0
+
+
+def test_a_runaway_quote_fails_the_job_naming_its_line_and_imports_nothing(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    """As `subscribers import` refuses it (tests/test_import_exports.py): the upload's job
+    fails with the line, and not one row of the file is imported. Fails without the fix:
+    the job was `done`: Ada imported, the other 101 rows lost as one rejected row."""
+    server = serve(workers=False)
+    rows = [b"email,name", b"ada@example.org,Ada", b'bob@example.org,"Bob']
+    rows += [b"user%d@example.org,User %d" % (i, i) for i in range(100)]
+    with server.client(make_token(db_url)) as c:
+        job = run_import(c, b"\r\n".join(rows) + b"\r\n")
+    assert job["status"] == "failed", job
+    assert job["error"].startswith("the file:3: a quote opened in this row"), job
+    assert job["error"].endswith("nothing was imported"), job
+    assert (job["rows_read"], job["imported"], job["rejected"]) == (0, 0, 0)
+    row = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
+    assert row is not None and row["n"] == 0

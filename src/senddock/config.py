@@ -292,8 +292,14 @@ def redact(text: str, *urls: str) -> str:
     in a URL it quotes, replaced by ***."""
     for url in urls:
         for pw in passwords(url):
-            text = text.replace(pw, "***")
+            if len(pw) >= MIN_LITERAL:
+                text = text.replace(pw, "***")
     return hide_password(text)
+
+
+# A password shorter than this is hidden where it stands in a URL or keyword string, not
+# wherever its letters occur (a one-letter password would turn every message into stars).
+MIN_LITERAL = 3
 
 
 def describe(settings: Settings) -> list[tuple[str, str]]:
