@@ -171,8 +171,8 @@ def _ends_quoted(text: str, delimiter: str) -> bool:
 def _runaway(
     where: str, line: int, seen: list[str], delimiter: str, at_end: bool, ragged: bool
 ) -> str | None:
-    """Why the row of `seen` (its physical lines, starting at `line`; `ragged` if its fields
-    are not the header's count) is a runaway quote, or None if it is not one."""
+    """Why the row of `seen` (its physical lines, starting at `line`; `ragged` if an open
+    quote made it of the wrong width) is a runaway quote, or None if it is not one."""
     last = line + len(seen) - 1
     span = f"line {line}" if last == line else f"lines {line}-{last}"
     if at_end and _ends_quoted("".join(seen), delimiter):
@@ -235,7 +235,11 @@ def _rows(
             row = f"cannot be read as CSV: {exc}"
         lines.read += len(seen)
         at_end = physical.ended  # the row was cut off by the end of the file
-        ragged = isinstance(row, str) or len(row) != width
+        # A row of the wrong width whose multi-line field holds a delimiter: the open quote
+        # took delimiters and line ends for text (a short row alone is padded, not this).
+        ragged = isinstance(row, str) or (
+            len(row) != width and any(delimiter in f and LINE_BREAK.search(f) for f in row)
+        )
         suspect = bool(seen) and (len(seen) > 1 or at_end) and width > 0
         why = _runaway(where, line, seen, delimiter, at_end, ragged) if suspect else None
         if why is not None:
