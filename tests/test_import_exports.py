@@ -219,3 +219,21 @@ def test_a_ragged_row_is_rejected_by_its_line_and_the_rest_imported(
     assert len(dropped) == 1
     kept = {e: n for e, n in export.names.items() if e not in dropped}
     assert members(conn) == {KEPT: "Name 1", **kept}
+
+
+def test_a_suppression_import_with_an_unclosed_quote_suppresses_nobody_and_says_where(
+    db_url: str, conn: Conn, tmp_path: Path
+) -> None:
+    """`suppressions import` reads files as the subscriber import does: an open quote that
+    would swallow addresses (each then left sendable, without a word) refuses the file.
+    Fails without the fix: exit 0, Ada suppressed, Bob and the 50 after him one rejected row."""
+    path = tmp_path / "blocked.csv"
+    rows = ["email,reason", "ada@example.com,manual", 'bob@example.com,"complaint']
+    rows += [f"user{i}@example.com,manual" for i in range(50)]
+    path.write_text("\r\n".join(rows) + "\r\n", encoding="utf-8")
+    proc = senddock(worker_env(db_url, NO_SMTP), "suppressions", "import", str(path))
+    assert proc.returncode != 0, proc.stdout
+    error = proc.stderr.strip()
+    assert "\n" not in error and f"{path}:3: a quote opened in this row" in error, error
+    assert error.endswith("nothing was imported"), error
+    assert conn.execute("SELECT count(*) AS n FROM suppressions").fetchone() == {"n": 0}

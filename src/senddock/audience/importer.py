@@ -423,21 +423,37 @@ class Chunk:
     ended: bool  # no row is left after these
 
 
+def checked_rows(
+    handle: io.TextIOBase, path: Path, lines: Lines
+) -> tuple[list[str], Iterator[tuple[int, Row]]]:
+    """The header's column names and the data rows of a seekable CSV, read whole once first:
+    UnreadableFile (no email column, a runaway quote) before any row is handed out. Every
+    CSV import reads through here (subscribers, suppressions)."""
+    delimiter = _delimiter(handle)
+    scan = _rows(handle, delimiter, Lines(), str(path))
+    fields = _header(path, scan)
+    for _ in scan:
+        pass
+    handle.seek(0)
+    rows = _rows(handle, delimiter, lines, str(path))
+    next(rows)  # the header, checked above
+    return fields, rows
+
+
+def open_csv(path: Path) -> io.TextIOBase:
+    """A CSV file as every import reads it (UTF-8, BOM skipped, seekable): UnreadableFile if
+    it cannot be opened."""
+    return _open(path)
+
+
 class RowReader:
     """The data rows of an open CSV, checked, a chunk at a time. The whole file is read once
     first, so a file that cannot be imported whole (UnreadableFile: no email column, a
     runaway quote) is refused before a row reaches the database."""
 
     def __init__(self, handle: io.TextIOBase, path: Path) -> None:
-        delimiter = _delimiter(handle)
-        scan = _rows(handle, delimiter, Lines(), str(path))
-        fields = _header(path, scan)
-        for _ in scan:
-            pass
-        handle.seek(0)
         self.lines = Lines()  # what the import has read
-        self._rows = _rows(handle, delimiter, self.lines, str(path))
-        next(self._rows)
+        fields, self._rows = checked_rows(handle, path, self.lines)
         self._parser = _Parser(fields)
 
     def skip(self, n: int) -> None:
