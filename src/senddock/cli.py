@@ -96,6 +96,8 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
         conn = connect(url)
     except psycopg.OperationalError as exc:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {_first_line(exc)}") from exc
     except Exception as exc:  # the embedded server failed to start
         raise Fail(f"cannot start the embedded database: {_first_line(exc)}") from exc
     try:
@@ -116,6 +118,8 @@ def current_database(s: Settings) -> str:
             check_current(conn)
     except psycopg.OperationalError as exc:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {_first_line(exc)}") from exc
     except SendDockError:  # the schema is not current: main() says so
         raise
     except Exception as exc:  # the embedded server failed to start
@@ -205,12 +209,26 @@ def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+# The settings whose values may carry a password: never printed, in a log line or an error.
+SECRET_URLS = ("SENDDOCK_DATABASE_URL", "SENDDOCK_SMTP_URL")
+
+
+def _secret(text: str) -> str:
+    """`text` with the passwords of the configured URLs (and of any URL in it) hidden."""
+    return config.redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
+
+
+class _Redacting(logging.Formatter):
+    """Log lines, tracebacks included, with every password replaced by ***."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _secret(super().format(record))
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if verbose:  # our own details, tracebacks included (they are logged at DEBUG)
         logging.getLogger("senddock").setLevel(logging.DEBUG)
 
@@ -277,9 +295,20 @@ def import_cmd(file: Path, list_name: str) -> None:
     suppressed = f", {blocked} blocklisted in listmonk and suppressed" if blocked else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
-        f" {plural(report.addresses, 'subscriber')}{merged}{suppressed};"
-        f" rejected {plural(report.rejected_count, 'row')}"
+        f" {plural(report.addresses, 'subscriber')} ({report.created} new){merged}{suppressed};"
+        f" rejected {plural(report.rejected_count, 'row')}; {_lines_read(report)}"
     )
+
+
+def _lines_read(report: audience.ImportReport) -> str:
+    """Every line of the file accounted for: `N lines: 1 header + imported + rejected …`."""
+    lines = report.lines
+    parts = ["1 header", f"{report.imported} imported", f"{report.rejected_count} rejected"]
+    if lines.blank:
+        parts.append(f"{lines.blank} blank")
+    if lines.inside:
+        parts.append(f"{lines.inside} inside quoted fields")
+    return f"{plural(lines.read, 'line')}: {' + '.join(parts)}"
 
 
 @cli.group()
@@ -1706,15 +1735,16 @@ def main() -> None:
     except click.ClickException as exc:
         if exc.__cause__ is not None:  # shown with -v: what the one line below summarises
             log.debug("the cause of the error below", exc_info=exc.__cause__)
-        click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
+        click.echo(f"senddock: error: {_secret(' '.join(exc.format_message().split()))}", err=True)
         sys.exit(exc.exit_code)
     except SendDockError as exc:  # what a service refused, with the reason, on one line
         log.debug("the error below", exc_info=exc)
-        click.echo(f"senddock: error: {exc.message}", err=True)
+        click.echo(f"senddock: error: {_secret(exc.message)}", err=True)
         sys.exit(1)
     except Exception as exc:  # the last guard: one line, and a traceback only with -v
         log.debug("unexpected error", exc_info=True)
         click.echo(
-            f"senddock: internal error: {_first_line(exc)} (run with -v for details)", err=True
+            f"senddock: internal error: {_secret(_first_line(exc))} (run with -v for details)",
+            err=True,
         )
         sys.exit(1)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from senddock.messages.render import address_count
+from senddock.messages.render import HeaderError, one_mailbox
 
 BIGINT = 2**63 - 1
 MAX_PER_PAGE = 500
@@ -25,8 +25,10 @@ def _no_nul(value: str) -> str:
 
 def _one_from(value: str) -> str:
     # campaigns.create_campaign refuses it too (messages.render): here it is the field's 422.
-    if address_count(value) > 1:
-        raise ValueError("give one From address, not several")
+    try:
+        one_mailbox("from", value, field="from_addr")
+    except HeaderError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 
