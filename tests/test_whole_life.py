@@ -42,7 +42,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import postfix_relay
-from senddock.queue.counts import Counts, count
+from senddock.queue.counts import WAITING, Counts, count
 from senddock.testing import Catcher, Fault
 from senddock.testing.catcher import Received
 from senddock.testing.proof import at_server
@@ -323,6 +323,7 @@ class Life:
         st = status_json(self.env, cid)
         held = st["unconfirmed_jobs"]
         assert len(held) == st["unconfirmed"]
+        assert st["state"] == WAITING, st  # only a person can end it now
         queued = relay_queued(self.relay.log())
         seen.unconfirmed += held
         went = [int(j["id"]) for j in held if j["message_id"] in queued]
