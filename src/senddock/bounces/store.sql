@@ -50,3 +50,7 @@ WHERE (%(campaign)s::bigint IS NULL OR b.campaign_id = %(campaign)s)
   AND (%(reason)s::text IS NULL OR f.reason = %(reason)s)
 ORDER BY f.created_at DESC, f.id DESC
 LIMIT %(limit)s
+
+-- name: message_key
+-- The key of our Message-IDs' per-recipient token (migration 0028, messages/message_id.py).
+SELECT value FROM app_secrets WHERE name = 'message_id_key'

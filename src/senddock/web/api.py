@@ -314,9 +314,10 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
 
 
 @router.get("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
-def get_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+def get_campaign(conn: Db, campaign_id: CampaignId, request: Request) -> s.CampaignStatus:
     """State and exact counts: the same keys as `senddock campaign status --json`."""
-    return _status(conn, campaign_id)
+    lease = request.app.state.settings.lease_seconds
+    return s.CampaignStatus(**campaigns.status(conn, campaign_id, lease))
 
 
 @router.patch("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
@@ -552,6 +553,8 @@ def remove_suppression(
 
 
 @router.get("/workers", tags=["operations"], response_model=list[s.WorkerInfo])
-def workers(conn: Db) -> list[s.WorkerInfo]:
-    """Registered workers, their heartbeat age (database clock) and the jobs each holds."""
-    return [s.WorkerInfo(**r) for r in list_workers(conn)]
+def workers(conn: Db, request: Request) -> list[s.WorkerInfo]:
+    """Registered workers, their heartbeat age (database clock), health and the jobs each
+    holds."""
+    lease = request.app.state.settings.lease_seconds
+    return [s.WorkerInfo(**r) for r in list_workers(conn, lease)]

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from senddock.messages.render import address_count
+from senddock.messages.render import HeaderError, one_mailbox
 
 BIGINT = 2**63 - 1
 MAX_PER_PAGE = 500
@@ -25,8 +25,10 @@ def _no_nul(value: str) -> str:
 
 def _one_from(value: str) -> str:
     # campaigns.create_campaign refuses it too (messages.render): here it is the field's 422.
-    if address_count(value) > 1:
-        raise ValueError("give one From address, not several")
+    try:
+        one_mailbox("from", value, field="from_addr")
+    except HeaderError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 
@@ -251,6 +253,13 @@ class CampaignStatus(BaseModel):
     id: int
     name: str
     status: str
+    state: str = Field(
+        description="What a person reads: the status, or 'waiting for a decision' once only"
+        " unconfirmed recipients are left (confirm or resend them)"
+    )
+    no_live_worker: bool = Field(
+        default=False, description="It has work for a worker and no worker is live"
+    )
     broadcast_id: int | None
     total: int
     pending: int
@@ -271,6 +280,10 @@ class CampaignStatus(BaseModel):
     soft_later: SoftLater = 0
     policy_later: PolicyLater = 0
     complaints: Complaints = 0
+    unfinished: int = Field(
+        default=0,
+        description="Jobs pending, sending, retry or unconfirmed: the campaign is sent at 0",
+    )
     complaint_rate: ComplaintRate = 0.0
     pause_reason: str | None
     last_sender_fault: str | None
@@ -299,6 +312,7 @@ class CampaignSummary(LaterCounts):
     id: int
     name: str
     status: str
+    state: str = Field(description="What a person reads (see CampaignStatus.state)")
     subject: str
     from_addr: str
     lists: list[str]
@@ -483,6 +497,9 @@ class WorkerInfo(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age: float
+    health: Literal["live", "late", "stopping", "dead"] = Field(
+        description="dead: silent past the lease; a live worker rescues what it holds"
+    )
     stopping: bool
     holding: int
 
