@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
 from senddock import layout_cli as layout_commands
-from senddock.audience import addresses, cells, optin, signup, suppressions
+from senddock.audience import addresses, cells, consent, erasure, optin, signup, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
@@ -1147,6 +1147,67 @@ def subscribers_show_cmd(address: str, as_json: bool) -> None:
     for j in found["messages"]:
         state = j["status"] + (f"/{j['failure']}" if j["failure"] else "")
         click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
+
+
+@subscribers.command("consent", epilog=epilog(*DB))
+@click.argument("address")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "csv"]),
+    default="text",
+    show_default=True,
+    help="json and csv are for keeping or handing over (CSV cells are spreadsheet-safe).",
+)
+def subscribers_consent_cmd(address: str, fmt: str) -> None:
+    """A subscriber's consent record: each sign-up (time, IP, User-Agent, list, confirmation)
+    and each change they made to their lists since, oldest first."""
+    with db() as conn:
+        found = subscribers_api.show(conn, address, history=0)
+        kept = consent.record(conn, int(found["id"]), str(found["email"]))
+    if fmt == "json":
+        kept.write_json(sys.stdout)
+        return
+    if fmt == "csv":
+        kept.write_csv(sys.stdout)
+        return
+    click.echo(f"{kept.email}  id {kept.subscriber_id}")
+    if not kept.signups and not kept.events:
+        click.echo("  no sign-up through the form and no change of their own on record")
+    for x in kept.signups:
+        opt = "double opt-in" if x.double_opt_in else "single opt-in"
+        confirmed = f", confirmed {_iso(x.confirmed_at)}" if x.confirmed_at else ""
+        click.echo(
+            f"  {_iso(x.requested_at)}  signed up to {x.list_name or '(deleted list)'!r}"
+            f" ({opt}{confirmed}) from {x.ip}, {x.user_agent!r}"
+        )
+    for e in kept.events:
+        what = "every list" if e.action == "unsubscribe_all" else repr(e.list_name or "?")
+        via = f", campaign {e.campaign_id}" if e.campaign_id else ""
+        click.echo(f"  {_iso(e.created_at)}  {e.action} {what} ({e.source}{via})")
+
+
+@subscribers.command("erase", epilog=epilog(*DB))
+@click.argument("address")
+@click.option(
+    "--keep-suppressed",
+    is_flag=True,
+    help="They asked never to be mailed again: keep a SHA-256 of the address suppressed.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def subscribers_erase_cmd(address: str, keep_suppressed: bool, yes: bool) -> None:
+    """Erase a subscriber now (GDPR article 17): their address, name, attributes, consent and
+    preference records leave every table, bounce reports included. Campaign counts stay; their
+    messages not sent yet are cancelled. Cannot be undone."""
+    if not yes:
+        click.confirm(
+            f"Erase {address} and everything kept about them? This cannot be undone",
+            abort=True,
+            err=True,
+        )
+    with db() as conn:
+        done = erasure.erase(conn, address, keep_suppressed=keep_suppressed)
+    click.echo(done.summary(address.strip()))
 
 
 @cli.group("lists")

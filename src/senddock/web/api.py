@@ -7,9 +7,11 @@ error shape with its status and field (web/errors.py).
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.message
 import email.policy
+import io
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,10 +22,11 @@ from typing import Annotated, Any
 import psycopg
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
+from fastapi.responses import PlainTextResponse
 
 from senddock import campaigns
+from senddock.audience import consent, erasure, optin, signup, suppressions
 from senddock.audience import lists as lists_api
-from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.campaigns import compose, edits
@@ -164,6 +167,56 @@ def remove_subscriber(
     if address is None:
         raise NotFound(f"no subscriber with id {subscriber_id}")
     return s.Removed(message=subscribers_api.remove(conn, address, list_name))
+
+
+def _consent(conn: Conn, subscriber_id: int) -> consent.ConsentRecord:
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise NotFound(f"no subscriber with id {subscriber_id}")
+    return consent.record(conn, subscriber_id, address)
+
+
+@router.get("/subscribers/{subscriber_id}/consent", tags=["subscribers"], response_model=s.Consent)
+def get_consent(conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]) -> s.Consent:
+    """Their consent record: each sign-up (time, IP, User-Agent, list, confirmation) and each
+    change they made to their lists, oldest first. `/consent.csv`: the same as CSV."""
+    return s.Consent(**_consent(conn, subscriber_id).as_json())
+
+
+@router.get(
+    "/subscribers/{subscriber_id}/consent.csv",
+    tags=["subscribers"],
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/csv": {}}}},
+)
+def get_consent_csv(
+    conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]
+) -> PlainTextResponse:
+    """The consent record as one CSV (`kind` signup or event), spreadsheet-safe cells."""
+    out = io.StringIO()
+    _consent(conn, subscriber_id).write_csv(out)
+    name = f"consent-{subscriber_id}.csv"
+    return PlainTextResponse(
+        out.getvalue(),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@router.post("/subscribers/{subscriber_id}/erase", tags=["subscribers"], response_model=s.Erased)
+def erase_subscriber(
+    conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)], body: s.EraseIn
+) -> s.Erased:
+    """Erase a subscriber now (GDPR article 17): address, name, attributes, consent and
+    preference records leave every table; campaign counts stay; their unsent messages are
+    cancelled. `confirm` must be their address. 409 while a message to them is in flight."""
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise NotFound(f"no subscriber with id {subscriber_id}")
+    if body.confirm.strip().lower() != address.lower():
+        raise Invalid("type the subscriber's address to confirm the erasure", field="confirm")
+    done = erasure.erase(conn, address, keep_suppressed=body.keep_suppressed)
+    return s.Erased(**dataclasses.asdict(done), message=done.summary(address))
 
 
 # -- lists ----------------------------------------------------------------------------------
