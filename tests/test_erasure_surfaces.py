@@ -13,7 +13,9 @@ import pytest
 
 from senddock.audience import preferences, signup, subscribers
 from senddock.audience.lists import ensure_list
+from senddock.web import auth
 from support import Conn, senddock, worker_env
+from test_dashboard import EMAIL, PASSWORD, logged_in
 from web_support import ServerFactory, make_token, servers
 
 ADA = "ada@example.com"
@@ -119,3 +121,34 @@ def test_api_reads_the_consent_record_and_erases_only_when_confirmed(
         assert (
             api.post(f"/api/v1/subscribers/{sid}/erase", json={"confirm": ADA}).status_code == 404
         )
+
+
+def test_dashboard_shows_the_record_deletes_and_erases_on_confirmation(
+    conn: Conn, db_url: str, serve: ServerFactory
+) -> None:
+    sid = signed_up(conn)
+    bob = subscribers.add(conn, "bob@example.com", "Bob", None, ("news",))
+    auth.create_admin(conn, EMAIL, PASSWORD)
+    server = serve(workers=False)
+    with logged_in(server) as (http, csrf):
+        page = http.get(f"/subscribers/{sid}/privacy")
+        assert page.status_code == 200
+        assert IP in page.text and "=HYPERLINK(" in page.text and "offers" in page.text
+        assert AGENT not in page.text  # escaped
+        as_csv = http.get(f"/subscribers/{sid}/consent.csv")
+        assert [r["ip"] for r in csv.DictReader(io.StringIO(as_csv.text))] == [IP, ""]
+        assert http.get(f"/subscribers/{sid}/consent.json").json()["signups"][0]["ip"] == IP
+
+        # A wrong confirmation: refused on the page, nothing erased.
+        wrong = http.post(f"/subscribers/{sid}/erase", data={"csrf": csrf, "confirm": "ada"})
+        assert wrong.status_code == 422 and "Type their address" in wrong.text
+        assert rows_of(conn, sid) == 3
+        done = http.post(
+            f"/subscribers/{sid}/erase",
+            data={"csrf": csrf, "confirm": ADA, "keep_suppressed": "on"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303 and rows_of(conn, sid) == 0
+        assert conn.execute("SELECT count(*) AS n FROM erased_suppressions").fetchone() == {"n": 1}
+        gone = http.post(f"/subscribers/{bob}/delete", data={"csrf": csrf}, follow_redirects=False)
+        assert gone.status_code == 303 and rows_of(conn, bob) == 0
