@@ -1273,6 +1273,39 @@ def lists_set_cmd(
     click.echo(f"list {name!r} saved{renamed}")
 
 
+@lists_group.command("create", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--description", metavar="TEXT", default="", help="What the list is about.")
+@click.option(
+    "--double-opt-in", is_flag=True, help="People added one at a time must confirm by a link."
+)
+@click.option("--from", "from_addr", help="Who confirmation requests come from.")
+@click.option("--public", is_flag=True, help="Anyone may sign up (see `lists form`).")
+def lists_create_cmd(
+    name: str, description: str, double_opt_in: bool, from_addr: str | None, public: bool
+) -> None:
+    """Create a new list (refused if the name is taken; `lists set` changes one); its id."""
+    with db() as conn, conn.transaction():
+        list_id = lists_api.create(
+            conn, name, description, double_opt_in=double_opt_in, from_addr=from_addr
+        )
+        signup.set_public(conn, list_id, public)
+    click.echo(list_id)
+
+
+@lists_group.command("delete", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def lists_delete_cmd(name: str, yes: bool) -> None:
+    """Delete a list and its memberships (its subscribers stay). Refused while a draft,
+    scheduled, sending or paused campaign names it."""
+    with db() as conn:
+        list_id = lists_api.find_list(conn, name)
+        if not yes:
+            click.confirm(f"Delete list {name!r} and its memberships?", abort=True, err=True)
+        click.echo(lists_api.delete(conn, list_id))
+
+
 @lists_group.command("form", epilog=epilog(*DB, "PUBLIC_URL", "SECRET_KEY"))
 @click.argument("name_or_id")
 def lists_form_cmd(name_or_id: str) -> None:

@@ -275,6 +275,13 @@ def set_list_options(conn: Db, list_id: ListId, body: s.ListOptions) -> s.ListIn
     return _list(conn, list_id)
 
 
+@router.delete("/lists/{list_id}", tags=["lists"], response_model=s.Removed)
+def delete_list(conn: Db, list_id: ListId) -> s.Removed:
+    """Delete a list and its memberships (subscribers stay). 409 while a draft, scheduled,
+    sending or paused campaign names it; sent and cancelled campaigns forget it."""
+    return s.Removed(message=lists_api.delete(conn, list_id))
+
+
 @router.get("/lists/{list_id}/form", tags=["lists"], response_model=s.SignupForm)
 def get_signup_form(request: Request, conn: Db, list_id: ListId) -> s.SignupForm:
     """The list's HTML sign-up form (it works while the list is public)."""

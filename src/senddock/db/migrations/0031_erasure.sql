@@ -17,3 +17,10 @@ CREATE TABLE erased_suppressions (
     reason      text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- A sign-up's proof of consent outlives its list (issue 35: lists can be deleted): the row
+-- keeps its time, IP and User-Agent with no list, where 0022 deleted it with the list.
+ALTER TABLE signup_consents ALTER COLUMN list_id DROP NOT NULL;
+ALTER TABLE signup_consents DROP CONSTRAINT signup_consents_list_id_fkey;
+ALTER TABLE signup_consents ADD CONSTRAINT signup_consents_list_id_fkey
+    FOREIGN KEY (list_id) REFERENCES lists (id) ON DELETE SET NULL;

@@ -6,6 +6,7 @@
 from fastapi import APIRouter
 
 from senddock.web.dashboard import (
+    audience_ops,
     audience_pages,
     campaign_edit,
     campaign_pages,
@@ -28,6 +29,7 @@ for part in (
     campaign_edit.router,
     subscriber_pages.router,
     privacy_pages.router,
+    audience_ops.router,
     list_pages.router,
     audience_pages.router,
     live.router,
