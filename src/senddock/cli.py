@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import email
 import email.message
 import email.policy
@@ -28,14 +27,14 @@ from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
 from senddock import layout_cli as layout_commands
-from senddock.audience import addresses, cells, consent, erasure, optin, signup, suppressions
+from senddock.audience import addresses, consent, erasure, optin, signup, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
-from senddock.audience.export import export_list
+from senddock.audience.export import export_subscribers
 from senddock.bounces import store as bounce_store
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
-from senddock.campaigns.recipients import COLUMNS
+from senddock.campaigns.recipients import write_csv as write_recipients_csv
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
@@ -674,15 +673,10 @@ def preview_cmd(campaign_id: int, address: str | None, raw: bool) -> None:
 def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
     """Every recipient: status, attempts, sent time, Message-ID and the last SMTP reply."""
     with db() as conn:
-        rows = campaigns.recipients(conn, campaign_id, status)
-        out = csv.writer(sys.stdout) if as_csv else None
-        if out is not None:
-            out.writerow(COLUMNS)
-        for r in rows:
-            if out is not None:
-                sent = r["sent_at"].isoformat() if r["sent_at"] else ""
-                out.writerow(cells.row(sent if k == "sent_at" else r[k] for k in COLUMNS))
-                continue
+        if as_csv:
+            write_recipients_csv(conn, campaign_id, status, sys.stdout)
+            return
+        for r in campaigns.recipients(conn, campaign_id, status):
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
             reply = campaigns.reply_summary(r)
@@ -734,23 +728,35 @@ def confirm_cmd(campaign_id: int, jobs: tuple[int, ...]) -> None:
 
 
 @subscribers.command("export", epilog=epilog(*DB))
-@click.option("--list", "list_name", required=True, help="The list to export.")
+@click.option("--list", "list_name", help="Only this list's members (default: everyone).")
+@click.option("--segment", "segment_name", help="Only those a saved segment matches.")
+@click.option("--filter", "filter_text", help="Only those a segment filter matches.")
 @click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the CSV to this file (default: stdout).",
 )
-def export_cmd(list_name: str, output: Path | None) -> None:
-    """Write a list's members as CSV: email,name,status,attributes,suppressed."""
+def export_cmd(
+    list_name: str | None, segment_name: str | None, filter_text: str | None, output: Path | None
+) -> None:
+    """Write subscribers as CSV: email,name,status,attributes,suppressed (spreadsheet-safe
+    cells; it imports back as it is). Everyone, or a list's members, narrowed by a segment."""
+    from senddock.audience import segments
+
+    if segment_name is not None and filter_text is not None:
+        raise Fail("give --segment or --filter, not both")
     with db() as conn:
+        if segment_name is not None:
+            filter_text = segments.find(conn, segment_name).filter
         if output is None:
-            n = export_list(conn, list_name, sys.stdout)
+            n = export_subscribers(conn, sys.stdout, list_name, filter_text)
         else:
             with output.open("w", newline="", encoding="utf-8") as handle:
-                n = export_list(conn, list_name, handle)
+                n = export_subscribers(conn, handle, list_name, filter_text)
     if output is not None:
-        click.echo(f"exported {plural(n, 'member')} of {list_name!r} to {output}")
+        whom = plural(n, "member" if list_name is not None else "subscriber")
+        click.echo(f"exported {whom}{f' of {list_name!r}' if list_name else ''} to {output}")
 
 
 @cli.group("suppressions")

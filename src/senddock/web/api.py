@@ -91,13 +91,25 @@ def list_subscribers(
     list_name: Annotated[
         str | None, Query(alias="list", max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
+    filter_text: Annotated[
+        str | None,
+        Query(
+            alias="filter",
+            max_length=2_000,
+            pattern=r"^[^\x00]*$",
+            description='A segment filter, e.g. attributes.city = "London"',
+        ),
+    ] = None,
     page: PageNo = 1,
     per_page: PerPage = 50,
 ) -> s.SubscriberPage:
-    """Subscribers by id, optionally matching `q` (address or name) and on `list`."""
+    """Subscribers by id, optionally matching `q` (address or name), on `list` and matching
+    `filter` (the segment filter language: attributes, dates, address, name)."""
     pattern, offset = queries.like(q), (page - 1) * per_page
-    rows = queries.subscribers_page(conn, pattern, list_name, per_page, offset)
-    total = queries.subscriber_total(conn, pattern, list_name)
+    rows = queries.subscribers_page(
+        conn, pattern, list_name, per_page, offset, filter_text=filter_text
+    )
+    total = queries.subscriber_total(conn, pattern, list_name, filter_text)
     items = [s.SubscriberSummary(**r) for r in rows]
     return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
 
