@@ -11,18 +11,17 @@ import dataclasses
 import email
 import email.message
 import email.policy
-import io
 import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import psycopg
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import StreamingResponse
 
 from senddock import campaigns
 from senddock.audience import consent, erasure, optin, signup, suppressions
@@ -37,6 +36,7 @@ from senddock.delivery.rescuer import list_workers
 from senddock.errors import Invalid, NotFound
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
+from senddock.web.downloads import CSV, csv_download
 from senddock.web.errors import RESPONSES
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -198,21 +198,20 @@ def get_consent(conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIG
 @router.get(
     "/subscribers/{subscriber_id}/consent.csv",
     tags=["subscribers"],
-    response_class=PlainTextResponse,
-    responses={200: {"content": {"text/csv": {}}}},
+    response_class=StreamingResponse,
+    responses=CSV,
 )
 def get_consent_csv(
     conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]
-) -> PlainTextResponse:
+) -> StreamingResponse:
     """The consent record as one CSV (`kind` signup or event), spreadsheet-safe cells."""
-    out = io.StringIO()
-    _consent(conn, subscriber_id).write_csv(out)
-    name = f"consent-{subscriber_id}.csv"
-    return PlainTextResponse(
-        out.getvalue(),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
-    )
+    record = _consent(conn, subscriber_id)
+
+    def write(out: TextIO) -> int:
+        record.write_csv(out)
+        return len(record.signups) + len(record.events)
+
+    return csv_download(write, f"consent-{subscriber_id}.csv")
 
 
 @router.post("/subscribers/{subscriber_id}/erase", tags=["subscribers"], response_model=s.Erased)

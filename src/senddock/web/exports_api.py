@@ -9,7 +9,7 @@ slow client reads).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
@@ -22,7 +22,7 @@ from senddock.campaigns.recipients import write_csv
 from senddock.errors import Invalid
 from senddock.web import auth
 from senddock.web.api import CampaignId, Db
-from senddock.web.downloads import csv_download
+from senddock.web.downloads import CSV, csv_download
 from senddock.web.errors import RESPONSES
 
 router = APIRouter(
@@ -31,9 +31,6 @@ router = APIRouter(
     responses=RESPONSES,
 )
 
-CSV: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/csv": {}}, "description": "CSV with a header row"}
-}
 NameParam = Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00]*$")]
 
 
