@@ -36,6 +36,7 @@ DIGESTS = """
 INSERT INTO erased_suppressions (digest, reason)
 SELECT sha256(convert_to('gone' || g || '@elsewhere.example', 'UTF8')), 'bench'
 FROM generate_series(1, 1000) g
+ON CONFLICT (digest) DO NOTHING
 """
 MESSAGES = """
 INSERT INTO bounce_messages (source, digest, size, raw, state)

@@ -9,11 +9,13 @@ returned message about them stored raw, and a second broadcast, paused, holding 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from psycopg import sql as pgsql
 
 from senddock import campaigns, queue
-from senddock.audience import erasure, preferences, signup, subscribers
+from senddock.audience import erasure, import_csv, preferences, signup, subscribers
 from senddock.audience.addresses import normalize
 from senddock.audience.lists import ensure_list
 from senddock.queue.counts import count
@@ -149,7 +151,7 @@ def _ended(conn: Conn, broadcast_id: int) -> bool:
 
 
 def test_erase_keeping_the_suppression_keeps_a_digest_and_never_mails_them_again(
-    conn: Conn, db_url: str
+    conn: Conn, db_url: str, tmp_path: Path
 ) -> None:
     ada = normalize(ADA)
     subscribers.add(conn, ADA, NAME, {"city": CITY}, ("news",))
@@ -162,8 +164,16 @@ def test_erase_keeping_the_suppression_keeps_a_digest_and_never_mails_them_again
 
     # Imported again by someone, then a broadcast: everyone on the list but her.
     subscribers.add(conn, ADA.upper(), "", None, ("news",))
+    again = conn.execute("SELECT email, reason FROM suppressions").fetchall()
+    assert again == [{"email": normalize(ADA.upper()), "reason": "manual"}]
     _, bid = send_campaign(conn, "news", [BOB])
     assert set(jobs(conn, bid)) == {BOB}
+    # Or by an import.
+    subscribers.remove(conn, ada)
+    conn.execute("DELETE FROM suppressions")
+    (tmp_path / "people.csv").write_text(f"email\n{ada}\n")
+    assert import_csv(conn, tmp_path / "people.csv", "news").imported == 1
+    assert conn.execute("SELECT reason FROM suppressions").fetchall() == [{"reason": "manual"}]
     # Nor does the public form put her back.
     news = ensure_list(conn, "news")
     signup.set_public(conn, news, True)

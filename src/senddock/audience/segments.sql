@@ -35,7 +35,4 @@ WHERE s.status = 'active'
                   WHERE m.list_id = ANY(%(lists)s::bigint[]) AND m.subscriber_id = s.id
                     AND m.status = 'confirmed'))
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-  AND NOT (EXISTS (SELECT 1 FROM erased_suppressions)
-           AND EXISTS (SELECT 1 FROM erased_suppressions d
-                       WHERE d.digest = sha256(convert_to(lower(s.email), 'UTF8'))))
   AND {audience}

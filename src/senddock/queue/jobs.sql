@@ -99,9 +99,7 @@ WHERE cl.campaign_id = %(c)s
 -- savepoint, and only if the key refuses a row is the chunk inserted again with ON CONFLICT
 -- DO NOTHING (jobs.py ENQUEUE_SKIPPING: this statement, not a copy of it). `{audience}` is the
 -- broadcast's segment filter over `s` (audience/segment_filter.py: placeholders only; `true`
--- without one), so a segment narrows the same one set-based pass. An address whose erasure
--- kept its suppression (erased_suppressions, 0031: only its SHA-256) is skipped too; the first
--- EXISTS there runs once a statement, so with no such digest it costs nothing a row.
+-- without one), so a segment narrows the same one set-based pass.
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
        '<sd.' || %(b)s::bigint || '.' || s.id || '.'
@@ -116,9 +114,6 @@ WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
                  AND m.subscriber_id > %(after)s AND m.subscriber_id <= %(hi)s
                  AND m.status = 'confirmed' AND m.created_at <= %(since)s)
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-  AND NOT (EXISTS (SELECT 1 FROM erased_suppressions)
-           AND EXISTS (SELECT 1 FROM erased_suppressions d
-                       WHERE d.digest = sha256(convert_to(lower(s.email), 'UTF8'))))
   AND {audience}
 
 -- name: advance_enqueue
@@ -148,9 +143,6 @@ SELECT EXISTS (
                    WHERE m.list_id = ANY(%(lists)s::bigint[]) AND m.subscriber_id > %(after)s
                      AND m.status = 'confirmed' AND m.created_at <= now())
       AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
-      AND NOT (EXISTS (SELECT 1 FROM erased_suppressions)
-               AND EXISTS (SELECT 1 FROM erased_suppressions d
-                           WHERE d.digest = sha256(convert_to(lower(s.email), 'UTF8'))))
       AND {audience}
 ) AS found
 
