@@ -94,12 +94,17 @@ def erase(conn: Conn, address: str, *, keep_suppressed: bool = False) -> Erased:
     found = conn.execute(QUERIES["whose"], {"email": address.strip()}).fetchone()
     if found is None:
         raise UnknownSubscriber(f"no subscriber {address.strip()!r}")
-    sid = int(found["id"])
+    sid, email = int(found["id"]), str(found["email"])
     with conn.transaction():
+        # The bounce rows first, before the fence: searching kept messages byte by byte is
+        # the slow part (bench/erasure.py), and no enqueue chunk should wait for it.
+        found_in = conn.execute(QUERIES["scrub_findings"], {"s": sid, "email": email}).fetchall()
+        ids = sorted({int(r["message_id"]) for r in found_in})
+        messages = conn.execute(QUERIES["scrub_messages"], {"ids": ids, "email": email}).rowcount
         try:
             # The jobs first (the fence against enqueue and claim), then the row: an outcome
             # write locks its job, then the subscriber (tag_all_bounced).
-            done = queue.erase_jobs(conn, sid, stand_in(sid), _local_part(str(found["email"])))
+            done = queue.erase_jobs(conn, sid, stand_in(sid), _local_part(email))
         except queue.ErasureInFlight as exc:
             raise InFlight(
                 f"a message to {address.strip()} is being sent right now;"
@@ -110,7 +115,8 @@ def erase(conn: Conn, address: str, *, keep_suppressed: bool = False) -> Erased:
             raise UnknownSubscriber(f"no subscriber {address.strip()!r}")
         if row["status"] == "erased":
             raise AlreadyErased(f"subscriber {sid} was erased already")
-        email = str(row["email"])
+        if str(row["email"]).lower() != email.lower():  # changed since `whose`: start again
+            raise Conflict(f"{address.strip()} changed address while being erased; erase again")
         removed = conn.execute(QUERIES["unsuppress"], {"email": email}).fetchone()
         reason = None if removed is None else str(removed["reason"])
         if keep_suppressed:
@@ -121,9 +127,6 @@ def erase(conn: Conn, address: str, *, keep_suppressed: bool = False) -> Erased:
         conn.execute(QUERIES["forget_memberships"], {"s": sid})
         consents = conn.execute(QUERIES["forget_consents"], {"s": sid}).rowcount
         events = conn.execute(QUERIES["forget_events"], {"s": sid}).rowcount
-        found_in = conn.execute(QUERIES["scrub_findings"], {"s": sid, "email": email}).fetchall()
-        ids = sorted({int(r["message_id"]) for r in found_in})
-        messages = conn.execute(QUERIES["scrub_messages"], {"ids": ids, "email": email}).rowcount
         conn.execute(QUERIES["scrub_imports"], {"email": email})
         if done.jobs:
             conn.execute(QUERIES["anonymize"], {"s": sid})
