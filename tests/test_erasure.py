@@ -43,14 +43,14 @@ def cells_holding(conn: Conn, needle: str) -> list[str]:
     found = []
     for c in columns:
         column = pgsql.Identifier(c["column_name"])
-        text = (
-            pgsql.SQL("encode({}, 'escape')").format(column)
-            if c["data_type"] == "bytea"
-            else pgsql.SQL("{}::text").format(column)
-        )
-        query = pgsql.SQL("SELECT count(*) AS n FROM {} WHERE strpos(lower({}), lower(%s)) > 0")
+        if c["data_type"] == "bytea":  # bytes and needle alike as escaped text (\ooo)
+            text = pgsql.SQL("encode({}, 'escape')").format(column)
+            sought = pgsql.SQL("encode(convert_to(%s, 'UTF8'), 'escape')")
+        else:
+            text, sought = pgsql.SQL("{}::text").format(column), pgsql.SQL("%s")
+        query = pgsql.SQL("SELECT count(*) AS n FROM {} WHERE strpos(lower({}), lower({})) > 0")
         row = conn.execute(
-            query.format(pgsql.Identifier(c["table_name"]), text), (needle,)
+            query.format(pgsql.Identifier(c["table_name"]), text, sought), (needle,)
         ).fetchone()
         if row and row["n"]:
             found.append(f"{c['table_name']}.{c['column_name']}")
@@ -209,3 +209,23 @@ def test_erase_waits_for_a_message_in_flight(conn: Conn) -> None:
     job = jobs(conn, bid)[normalize(ADA).lower()]
     assert (job["status"], job["owner"]) == ("sending", owner["id"])
     assert "subscribers.email" in cells_holding(conn, ADA)
+
+
+def test_erase_an_idna_address_with_a_hostile_kept_message(conn: Conn) -> None:
+    zoe = "zoë@bücher.example"
+    subscribers.add(conn, zoe, "Zoë", {"note": "=cmd|' /C calc'!A0"}, ("news",))
+    _, bid = send_campaign(conn, "news", [BOB])  # her job waits, pending
+    raw = (
+        b"From: mailer@elsewhere.example\r\nSubject: Auto: away\r\n\r\n"
+        + "Away; write to zoë@bücher.example instead.".encode()
+        + b" \xff\xfe\x00 not UTF-8\r\n"
+    )
+    kept = back(conn, raw)
+    assert kept.findings == 0 and cells_holding(conn, zoe) == sorted(
+        ["bounce_messages.raw", "broadcast_jobs.email", "subscribers.email"]
+    )
+    done = erasure.erase(conn, zoe.upper())
+    assert (done.cancelled, done.messages) == (1, 1)
+    for needle in (zoe, "Zoë", "calc"):
+        assert cells_holding(conn, needle) == [], needle
+    assert count(conn, bid).cancelled == 1
