@@ -8,7 +8,10 @@ Enqueue: each round enqueues one broadcast to N subscribers twice, with no diges
 with 1,000 (order alternating), as bench/enqueue.py does. Erasure: M kept bounce messages that
 no finding was read from (state `none`, 4 KB each, the rows erasure searches byte by byte),
 then the erasure of one subscriber who has a job in every broadcast enqueued, timed.
-Prints medians. Uses SENDDOCK_DATABASE_URL if set, else an embedded Postgres in a temp folder.
+Import: N new addresses from a CSV (audience/importer.py), with the triggers of 0031 that
+re-suppress an erased address and with them disabled (order alternating, 1,000 digests kept):
+what the triggers cost every import. Prints medians. Uses SENDDOCK_DATABASE_URL if set, else an
+embedded Postgres in a temp folder.
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psycopg
 from rich.console import Console
 from rich.table import Table
 
 from enqueue import JOIN, SEED, _campaign, enqueue_rest
-from senddock.audience import erasure
+from senddock.audience import erasure, import_csv
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast
 from senddock.campaigns.broadcast import CHUNK
@@ -54,9 +59,33 @@ def _enqueue(url: str, conn: Conn, name: str) -> float:
     return time.perf_counter() - t0
 
 
+TRIGGERS = "subscribers_resuppress_inserted, subscribers_resuppress_updated"
+
+
+def _import(conn: Conn, n: int, tag: str, triggers: bool) -> float:
+    """Seconds to import `n` new addresses, with the re-suppressing triggers on or off."""
+    switch = "ENABLE" if triggers else "DISABLE"
+    for name in TRIGGERS.split(", "):
+        conn.execute(f"ALTER TABLE subscribers {switch} TRIGGER {name}")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "people.csv"
+        rows = "".join(f"new{g}@{tag}.example,Person {g}\n" for g in range(n))
+        path.write_text("email,name\n" + rows, encoding="utf-8")
+        t0 = time.perf_counter()
+        import_csv(conn, path, tag)
+        return time.perf_counter() - t0
+
+
 def run(url: str, n: int, rounds: int, messages: int) -> dict[str, float]:
-    """Medians: enqueue seconds without and with digests; the erasure in ms."""
-    times: dict[str, list[float]] = {"none": [], "1,000": [], "erase": []}
+    """Medians: enqueue seconds without and with digests; the erasure in ms; import seconds
+    with the triggers and without."""
+    times: dict[str, list[float]] = {
+        "none": [],
+        "1,000": [],
+        "erase": [],
+        "import on": [],
+        "import off": [],
+    }
     with connect(url) as conn:
         migrate(conn)
         list_id = ensure_list(conn, "big")
@@ -76,6 +105,12 @@ def run(url: str, n: int, rounds: int, messages: int) -> dict[str, float]:
             t0 = time.perf_counter()
             erasure.erase(conn, f"user{k + 1}@benchbig.example")
             times["erase"].append((time.perf_counter() - t0) * 1000)
+        conn.execute(DIGESTS)
+        for i in range(rounds):
+            for on in (True, False) if i % 2 == 0 else (False, True):
+                took = _import(conn, n, f"imp{i}{'on' if on else 'off'}", on)
+                times["import on" if on else "import off"].append(took)
+        _import(conn, 0, "none", True)  # the triggers back on
     return {key: statistics.median(v) for key, v in times.items()}
 
 
@@ -98,6 +133,11 @@ def main() -> int:
         f" {args.messages:,} messages kept (ms)",
         f"{med['erase']:.1f}",
     )
+    table.add_row(f"import of {args.n:,} new addresses, triggers on (s)", f"{med['import on']:.2f}")
+    table.add_row(
+        f"import of {args.n:,} new addresses, triggers off (s)", f"{med['import off']:.2f}"
+    )
+    table.add_row("ratio", f"{med['import on'] / med['import off']:.2f}")
     Console().print(table)
     return 0
 
