@@ -47,18 +47,19 @@ RETURNING message_id;
 
 -- name: scrub_messages
 -- The raw returned messages those findings came in, and any kept message no finding was read
--- from (an auto-reply, an unparsable one) whose bytes hold the address: the bytes go, the digest
+-- from (an auto-reply, an unparsable one) whose bytes hold the address: the bytes go as the
+-- retention purge (delivery/cleaner.sql purge_raw, 0028) takes them, to NULL; the digest
 -- stays (the same message delivered again is still known, and still changes nothing). A
 -- message that reported on several recipients loses its bytes for all of them; their findings
 -- stay. `encode(.., 'escape')` makes any bytes text (non-ASCII bytes as \nnn), so the search
 -- never fails on a message that is not UTF-8.
 UPDATE bounce_messages m
-SET raw = ''::bytea,
+SET raw = NULL,
     envelope_to = CASE WHEN strpos(lower(envelope_to), lower(%(email)s)) > 0 THEN NULL
                        ELSE envelope_to END,
     why = 'erased on request'
 WHERE m.id = ANY(%(ids)s::bigint[])
-   OR (m.state IN ('received', 'none', 'unparsable') AND length(m.raw) > 0
+   OR (m.state IN ('received', 'none', 'unparsable') AND m.raw IS NOT NULL
        AND strpos(lower(encode(m.raw, 'escape')),
                   lower(encode(convert_to(lower(%(email)s), 'UTF8'), 'escape'))) > 0)
 RETURNING m.id;
