@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import email
 import email.message
 import email.policy
@@ -28,15 +27,15 @@ from pydantic import ValidationError
 
 from senddock import audience, campaigns, config
 from senddock import layout_cli as layout_commands
-from senddock.audience import addresses, cells, optin, signup, suppressions
+from senddock.audience import addresses, consent, erasure, optin, signup, suppressions
 from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
-from senddock.audience.export import export_list
+from senddock.audience.export import export_subscribers
 from senddock.bounces import store as bounce_store
 from senddock.bounces.classify import KIND as BOUNCE_REASONS
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
-from senddock.campaigns.recipients import COLUMNS
+from senddock.campaigns.recipients import write_csv as write_recipients_csv
 from senddock.config import Settings, SmtpTarget, load
 from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
@@ -675,15 +674,10 @@ def preview_cmd(campaign_id: int, address: str | None, raw: bool) -> None:
 def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
     """Every recipient: status, attempts, sent time, Message-ID and the last SMTP reply."""
     with db() as conn:
-        rows = campaigns.recipients(conn, campaign_id, status)
-        out = csv.writer(sys.stdout) if as_csv else None
-        if out is not None:
-            out.writerow(COLUMNS)
-        for r in rows:
-            if out is not None:
-                sent = r["sent_at"].isoformat() if r["sent_at"] else ""
-                out.writerow(cells.row(sent if k == "sent_at" else r[k] for k in COLUMNS))
-                continue
+        if as_csv:
+            write_recipients_csv(conn, campaign_id, status, sys.stdout)
+            return
+        for r in campaigns.recipients(conn, campaign_id, status):
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
             reply = campaigns.reply_summary(r)
@@ -735,23 +729,35 @@ def confirm_cmd(campaign_id: int, jobs: tuple[int, ...]) -> None:
 
 
 @subscribers.command("export", epilog=epilog(*DB))
-@click.option("--list", "list_name", required=True, help="The list to export.")
+@click.option("--list", "list_name", help="Only this list's members (default: everyone).")
+@click.option("--segment", "segment_name", help="Only those a saved segment matches.")
+@click.option("--filter", "filter_text", help="Only those a segment filter matches.")
 @click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the CSV to this file (default: stdout).",
 )
-def export_cmd(list_name: str, output: Path | None) -> None:
-    """Write a list's members as CSV: email,name,status,attributes,suppressed."""
+def export_cmd(
+    list_name: str | None, segment_name: str | None, filter_text: str | None, output: Path | None
+) -> None:
+    """Write subscribers as CSV: email,name,status,attributes,suppressed (spreadsheet-safe
+    cells; it imports back as it is). Everyone, or a list's members, narrowed by a segment."""
+    from senddock.audience import segments
+
+    if segment_name is not None and filter_text is not None:
+        raise Fail("give --segment or --filter, not both")
     with db() as conn:
+        if segment_name is not None:
+            filter_text = segments.find(conn, segment_name).filter
         if output is None:
-            n = export_list(conn, list_name, sys.stdout)
+            n = export_subscribers(conn, sys.stdout, list_name, filter_text)
         else:
             with output.open("w", newline="", encoding="utf-8") as handle:
-                n = export_list(conn, list_name, handle)
+                n = export_subscribers(conn, handle, list_name, filter_text)
     if output is not None:
-        click.echo(f"exported {plural(n, 'member')} of {list_name!r} to {output}")
+        whom = plural(n, "member" if list_name is not None else "subscriber")
+        click.echo(f"exported {whom}{f' of {list_name!r}' if list_name else ''} to {output}")
 
 
 @cli.group("suppressions")
@@ -1151,6 +1157,67 @@ def subscribers_show_cmd(address: str, as_json: bool) -> None:
         click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
 
 
+@subscribers.command("consent", epilog=epilog(*DB))
+@click.argument("address")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "csv"]),
+    default="text",
+    show_default=True,
+    help="json and csv are for keeping or handing over (CSV cells are spreadsheet-safe).",
+)
+def subscribers_consent_cmd(address: str, fmt: str) -> None:
+    """A subscriber's consent record: each sign-up (time, IP, User-Agent, list, confirmation)
+    and each change they made to their lists since, oldest first."""
+    with db() as conn:
+        found = subscribers_api.show(conn, address, history=0)
+        kept = consent.record(conn, int(found["id"]), str(found["email"]))
+    if fmt == "json":
+        kept.write_json(sys.stdout)
+        return
+    if fmt == "csv":
+        kept.write_csv(sys.stdout)
+        return
+    click.echo(f"{kept.email}  id {kept.subscriber_id}")
+    if not kept.signups and not kept.events:
+        click.echo("  no sign-up through the form and no change of their own on record")
+    for x in kept.signups:
+        opt = "double opt-in" if x.double_opt_in else "single opt-in"
+        confirmed = f", confirmed {_iso(x.confirmed_at)}" if x.confirmed_at else ""
+        click.echo(
+            f"  {_iso(x.requested_at)}  signed up to {x.list_name or '(deleted list)'!r}"
+            f" ({opt}{confirmed}) from {x.ip}, {x.user_agent!r}"
+        )
+    for e in kept.events:
+        what = "every list" if e.action == "unsubscribe_all" else repr(e.list_name or "?")
+        via = f", campaign {e.campaign_id}" if e.campaign_id else ""
+        click.echo(f"  {_iso(e.created_at)}  {e.action} {what} ({e.source}{via})")
+
+
+@subscribers.command("erase", epilog=epilog(*DB))
+@click.argument("address")
+@click.option(
+    "--keep-suppressed",
+    is_flag=True,
+    help="They asked never to be mailed again: keep a SHA-256 of the address suppressed.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def subscribers_erase_cmd(address: str, keep_suppressed: bool, yes: bool) -> None:
+    """Erase a subscriber now (GDPR article 17): their address, name, attributes, consent and
+    preference records leave every table, bounce reports included. Campaign counts stay; their
+    messages not sent yet are cancelled. Cannot be undone."""
+    if not yes:
+        click.confirm(
+            f"Erase {address} and everything kept about them? This cannot be undone",
+            abort=True,
+            err=True,
+        )
+    with db() as conn:
+        done = erasure.erase(conn, address, keep_suppressed=keep_suppressed)
+    click.echo(done.summary(address.strip()))
+
+
 @cli.group("lists")
 def lists_group() -> None:
     """Lists and their options (double opt-in)."""
@@ -1212,6 +1279,39 @@ def lists_set_cmd(
         signup.set_public(conn, list_id, public)
     renamed = "" if rename is None else f" as {lists_api.clean_name(rename)!r}"
     click.echo(f"list {name!r} saved{renamed}")
+
+
+@lists_group.command("create", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--description", metavar="TEXT", default="", help="What the list is about.")
+@click.option(
+    "--double-opt-in", is_flag=True, help="People added one at a time must confirm by a link."
+)
+@click.option("--from", "from_addr", help="Who confirmation requests come from.")
+@click.option("--public", is_flag=True, help="Anyone may sign up (see `lists form`).")
+def lists_create_cmd(
+    name: str, description: str, double_opt_in: bool, from_addr: str | None, public: bool
+) -> None:
+    """Create a new list (refused if the name is taken; `lists set` changes one); its id."""
+    with db() as conn, conn.transaction():
+        list_id = lists_api.create(
+            conn, name, description, double_opt_in=double_opt_in, from_addr=from_addr
+        )
+        signup.set_public(conn, list_id, public)
+    click.echo(list_id)
+
+
+@lists_group.command("delete", epilog=epilog(*DB))
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def lists_delete_cmd(name: str, yes: bool) -> None:
+    """Delete a list and its memberships (its subscribers stay). Refused while a draft,
+    scheduled, sending or paused campaign names it."""
+    with db() as conn:
+        list_id = lists_api.find_list(conn, name)
+        if not yes:
+            click.confirm(f"Delete list {name!r} and its memberships?", abort=True, err=True)
+        click.echo(lists_api.delete(conn, list_id))
 
 
 @lists_group.command("form", epilog=epilog(*DB, "PUBLIC_URL", "SECRET_KEY"))

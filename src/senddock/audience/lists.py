@@ -189,3 +189,32 @@ def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> dict[str
 def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every list with its options and member counts by status."""
     return conn.execute(QUERIES["all_lists"]).fetchall()
+
+
+class ListInUse(Conflict, ValueError):
+    """A campaign still to send names the list (409)."""
+
+
+def delete(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> str:
+    """Delete list `list_id` and its memberships, in one transaction; what went, in a line.
+
+    Refused (ListInUse, nothing changed) while a draft, scheduled, sending or paused campaign
+    names it; sent and cancelled campaigns forget it and keep their counts and recipients.
+    Subscribers stay. UnknownListId if there is no such list."""
+    with conn.transaction():
+        row = conn.execute(QUERIES["lock_list"], {"list": list_id}).fetchone()
+        if row is None:
+            raise UnknownListId(f"there is no list {list_id}")
+        naming = conn.execute(QUERIES["campaigns_naming"], {"list": list_id}).fetchall()
+        if naming:
+            named = ", ".join(f"{c['id']} {c['name']!r} ({c['status']})" for c in naming)
+            raise ListInUse(
+                f"list {row['name']!r} is named by campaigns still to send: {named};"
+                " take it off them, or cancel or delete them, first"
+            )
+        members = conn.execute(QUERIES["member_count"], {"list": list_id}).fetchone()
+        past = conn.execute(QUERIES["unlink_campaigns"], {"list": list_id}).rowcount
+        conn.execute(QUERIES["delete_list"], {"list": list_id})
+    n = int(members["n"]) if members else 0
+    said = f"list {row['name']!r} deleted with its {n} membership{'' if n == 1 else 's'}"
+    return said + (f"; {past} past campaign(s) no longer name it" if past else "")

@@ -47,3 +47,30 @@ RETURNING id, name;
 -- name: list_by_id
 -- One list's fields for its edit page, by primary key.
 SELECT id, name, description, double_opt_in, from_addr, created_at FROM lists WHERE id = %(list)s;
+
+-- name: lock_list
+-- A list about to be deleted, locked: a campaign that names it meanwhile (its campaign_lists
+-- row takes a key-share lock on this row) waits, then fails on the key once it is gone.
+SELECT id, name FROM lists WHERE id = %(list)s FOR UPDATE;
+
+-- name: campaigns_naming
+-- The campaigns still to send that name the list (a draft, scheduled or not, one sending or
+-- paused): while there is one the list cannot go. A few, for the refusal's line.
+SELECT c.id, c.name, c.status FROM campaign_lists cl JOIN campaigns c ON c.id = cl.campaign_id
+WHERE cl.list_id = %(list)s AND c.status IN ('draft', 'sending', 'paused')
+ORDER BY c.id LIMIT 5;
+
+-- name: unlink_campaigns
+-- Sent and cancelled campaigns that named the list forget it (their counts, jobs and
+-- recipients stay); how many.
+DELETE FROM campaign_lists WHERE list_id = %(list)s;
+
+-- name: delete_list
+-- The list, its memberships with it (ON DELETE CASCADE); subscribers stay, on their other
+-- lists. Sign-up consent rows keep their time, IP and User-Agent with no list (0031), and
+-- subscription events already lose theirs (0023).
+DELETE FROM lists WHERE id = %(list)s;
+
+-- name: member_count
+-- How many memberships the list has, for the line that says what went.
+SELECT count(*) AS n FROM list_memberships WHERE list_id = %(list)s;

@@ -3,11 +3,11 @@
 
 -- name: subscriber
 -- Whose page it is, locked: two submissions of one subscriber's page run one after the other,
--- and a subscriber deleted since the link was sent is told apart (404). The suppression, if
--- any, with its reason (only an unsubscribe is lifted by rejoining).
+-- and a subscriber deleted (or erased, 0031) since the link was sent is told apart (404).
+-- The suppression, if any, with its reason (only an unsubscribe is lifted by rejoining).
 SELECT s.id, s.email, s.name,
        (SELECT x.reason FROM suppressions x WHERE lower(x.email) = lower(s.email)) AS suppressed
-FROM subscribers s WHERE s.id = %(subscriber)s
+FROM subscribers s WHERE s.id = %(subscriber)s AND s.status <> 'erased'
 FOR UPDATE OF s;
 
 -- name: lists

@@ -13,8 +13,11 @@ UPDATE lists SET public = coalesce(%(public)s, public) WHERE id = %(list)s;
 
 -- name: suppressed
 -- Whether the address is suppressed, case ignored (the claim's own test): a suppressed
--- address is never written to nor mailed by a sign-up.
-SELECT EXISTS (SELECT 1 FROM suppressions WHERE lower(email) = lower(%(email)s)) AS suppressed;
+-- address is never written to nor mailed by a sign-up; nor is one whose erasure kept it
+-- suppressed (erased_suppressions, 0031: its SHA-256).
+SELECT EXISTS (SELECT 1 FROM suppressions WHERE lower(email) = lower(%(email)s))
+       OR EXISTS (SELECT 1 FROM erased_suppressions
+                  WHERE digest = sha256(convert_to(lower(%(email)s), 'UTF8'))) AS suppressed;
 
 -- name: subscriber
 -- The subscriber of an address, made if new. An existing subscriber's name is never changed

@@ -77,6 +77,8 @@ def update(
     and join `lists`. A membership someone left stays left."""
     with conn.transaction():
         row = _find(conn, address, lock=True)
+        if row["status"] == "erased":
+            raise SubscriberError(f"subscriber {row['id']} was erased: nothing of theirs is kept")
         merged = dict(row["attributes"] or {})
         for key, value in (attributes or {}).items():
             if value is None:

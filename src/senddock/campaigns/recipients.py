@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import psycopg
 
 from senddock import queue
+from senddock.audience import cells
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES, CampaignError, UnknownCampaign
 from senddock.db import sql
 
@@ -76,6 +78,19 @@ def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Itera
         cur.itersize = 2000
         cur.execute(QUERIES["recipients"], params)
         yield from cur
+
+
+def write_csv(conn: Conn, campaign_id: int, status: str | None, out: TextIO) -> int:
+    """Every recipient (of `status`, as `recipients`) as CSV with a header row, its cells safe
+    to open in a spreadsheet (audience/cells.py); how many rows."""
+    w = csv.writer(out)
+    w.writerow(COLUMNS)
+    n = 0
+    for r in recipients(conn, campaign_id, status):
+        sent = r["sent_at"].isoformat() if r["sent_at"] else ""
+        w.writerow(cells.row(sent if k == "sent_at" else r[k] for k in COLUMNS))
+        n += 1
+    return n
 
 
 def retry_failed(conn: Conn, campaign_id: int) -> int:

@@ -46,6 +46,7 @@ RETURNING email
 
 -- name: tag_bounced
 -- Invariant 6: a bounced address's subscriber is marked bounced with its suppression (as
--- tag_all_bounced at send time); a complaint suppresses without the tag.
+-- tag_all_bounced at send time); a complaint suppresses without the tag. An erased row (0031)
+-- stays erased.
 UPDATE subscribers SET status = 'bounced', updated_at = now()
-WHERE lower(email) = lower(%(email)s) AND status <> 'bounced'
+WHERE lower(email) = lower(%(email)s) AND status = 'active'

@@ -59,6 +59,8 @@ Job (a row of broadcast_jobs)
     failed, address not suppressed --requeue_failed (retry-failed)--> pending, fresh budget,
                                     same Message-ID
     sent|failed|cancelled of a frozen broadcast --delete_batch (retention)--> deleted
+    pending|retry|unconfirmed of an erased subscriber --erase_jobs--> cancelled (erase_fence,
+                                    erase_hold first; refused while one of theirs is sending)
 
 `campaigns/` decides what may happen (what a draft is, who may pause, the messages) and calls
 these functions in its own transaction, with the campaign locked by `lock_campaign`;
@@ -817,6 +819,38 @@ def unconfirmed_jobs(conn: Conn, broadcast_id: int, limit: int = 100) -> list[Un
         )
         for r in rows
     ]
+
+
+# ----- Erasure -----
+
+
+class ErasureInFlight(Exception):
+    """A job of the subscriber is `sending`: its outcome must land before they are erased."""
+
+
+@dataclass(frozen=True)
+class ErasedJobs:
+    """What `erase_jobs` did: jobs that now hold the stand-in, and those cancelled by it."""
+
+    jobs: int
+    cancelled: int
+
+
+def erase_jobs(conn: Conn, subscriber_id: int, stand_in: str, local_part: str) -> ErasedJobs:
+    """Take the address out of every job of `subscriber_id` (it becomes `stand_in`), cancelling
+    those not sent yet, in the caller's transaction. Fenced against the enqueue (erase_fence)
+    and the claim (erase_hold); ErasureInFlight, changing nothing, while one is `sending`."""
+    conn.execute(QUERIES["erase_fence"], {"key": CHUNK_LOCK[0], "sub": CHUNK_LOCK[1]})
+    held = conn.execute(QUERIES["erase_hold"], {"s": subscriber_id}).fetchall()
+    if any(r["status"] == "sending" for r in held):
+        raise ErasureInFlight(subscriber_id)
+    if not held:
+        return ErasedJobs(0, 0)
+    rows = conn.execute(
+        QUERIES["erase_jobs"], {"s": subscriber_id, "stand_in": stand_in, "local": local_part}
+    ).fetchall()
+    cancelled = sum(1 for r in held if r["status"] in ("pending", "retry", "unconfirmed"))
+    return ErasedJobs(len(rows), cancelled)
 
 
 # ----- Scheduled drafts -----

@@ -326,7 +326,7 @@ ON CONFLICT ((lower(email))) DO NOTHING
 -- name: tag_all_bounced
 -- Invariant 6: a bounced address's subscriber is marked bounced with its suppression.
 UPDATE subscribers SET status = 'bounced', updated_at = now()
-WHERE lower(email) = ANY(%(lowered)s::text[])
+WHERE lower(email) = ANY(%(lowered)s::text[]) AND status = 'active'
 
 -- name: read_back_many
 -- Invariant 4: after a group commit whose reply was lost, which of its rows landed (a dot's
@@ -498,13 +498,14 @@ UPDATE broadcasts SET generation = generation + 1 WHERE id = %(b)s RETURNING pur
 
 -- name: requeue_failed
 -- Retry-failed: the failed jobs whose address is not suppressed (now) go back to pending with a
--- fresh retry budget; their Message-ID stays (invariant 9). Jobs of suppressed addresses stay
--- failed.
+-- fresh retry budget; their Message-ID stays (invariant 9). Jobs of suppressed addresses, and of
+-- erased subscribers (0031: their address is gone), stay failed.
 UPDATE broadcast_jobs j
 SET status = 'pending', failure = NULL, attempts = 0, sender_faults = 0, owner = NULL,
     run_at = now(), updated_at = now()
 WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
   AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE lower(s.email) = lower(j.email))
+  AND NOT EXISTS (SELECT 1 FROM subscribers e WHERE e.id = j.subscriber_id AND e.status = 'erased')
 
 -- name: resend_unconfirmed
 -- Issue 23: a person chose to send the unconfirmed jobs of a broadcast again (the relay's log
@@ -553,6 +554,37 @@ UPDATE broadcasts b SET status = 'running', finished_at = NULL
 WHERE b.id = %(b)s AND b.status = 'finished'
   AND EXISTS (SELECT 1 FROM broadcast_jobs j
               WHERE j.broadcast_id = b.id AND j.status IN ('pending', 'sending', 'retry'))
+
+-- ===== Erasure: a subscriber erased on request (audience/erasure.py) =====
+
+-- name: erase_fence
+-- An erasure against the enqueue: taken exclusively, it waits for every chunk in flight (each
+-- holds it shared: chunk_lock) and holds off new ones until it commits, so no chunk that read
+-- the subscriber before the erasure commits a job with their address after it.
+SELECT pg_advisory_xact_lock(%(key)s, %(sub)s)
+
+-- name: erase_hold
+-- Every job of the subscriber, locked: a claim (FOR UPDATE SKIP LOCKED) now skips them, and
+-- one that committed first shows here as `sending`, which the erasure refuses (the message is
+-- in flight; its outcome must land). On Postgres 18 broadcast_jobs_once serves it by skip scan.
+SELECT id, broadcast_id, status FROM broadcast_jobs WHERE subscriber_id = %(s)s ORDER BY id
+FOR UPDATE
+
+-- name: erase_jobs
+-- pending|retry|unconfirmed of an erased subscriber --> cancelled (never sent, nor sent again);
+-- every job of theirs keeps its status otherwise, so the counts change only by those cancels
+-- (the count triggers of 0010 see the rest move from a state to the same state). The address
+-- becomes the erased row's stand-in; a reply that quotes the address (a 550 naming the
+-- mailbox) keeps its codes and loses its text. Same transaction as erase_hold.
+UPDATE broadcast_jobs
+SET status     = CASE WHEN status IN ('pending', 'retry', 'unconfirmed') THEN 'cancelled'
+                      ELSE status END,
+    email      = %(stand_in)s,
+    last_reply = CASE WHEN strpos(lower(last_reply), lower(%(local)s) || '@') > 0
+                      THEN '(erased)' ELSE last_reply END,
+    updated_at = now()
+WHERE subscriber_id = %(s)s AND status <> 'sending'
+RETURNING broadcast_id, status
 
 -- ===== Scheduled drafts =====
 

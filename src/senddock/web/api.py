@@ -7,6 +7,7 @@ error shape with its status and field (web/errors.py).
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.message
 import email.policy
@@ -15,15 +16,16 @@ import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import psycopg
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
+from fastapi.responses import StreamingResponse
 
 from senddock import campaigns
+from senddock.audience import consent, erasure, optin, signup, suppressions
 from senddock.audience import lists as lists_api
-from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.bounces import store as bounce_store
@@ -35,6 +37,7 @@ from senddock.delivery.rescuer import list_workers
 from senddock.errors import Invalid, NotFound
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
+from senddock.web.downloads import CSV, csv_download
 from senddock.web.errors import RESPONSES
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -89,13 +92,25 @@ def list_subscribers(
     list_name: Annotated[
         str | None, Query(alias="list", max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
+    filter_text: Annotated[
+        str | None,
+        Query(
+            alias="filter",
+            max_length=2_000,
+            pattern=r"^[^\x00]*$",
+            description='A segment filter, e.g. attributes.city = "London"',
+        ),
+    ] = None,
     page: PageNo = 1,
     per_page: PerPage = 50,
 ) -> s.SubscriberPage:
-    """Subscribers by id, optionally matching `q` (address or name) and on `list`."""
+    """Subscribers by id, optionally matching `q` (address or name), on `list` and matching
+    `filter` (the segment filter language: attributes, dates, address, name)."""
     pattern, offset = queries.like(q), (page - 1) * per_page
-    rows = queries.subscribers_page(conn, pattern, list_name, per_page, offset)
-    total = queries.subscriber_total(conn, pattern, list_name)
+    rows = queries.subscribers_page(
+        conn, pattern, list_name, per_page, offset, filter_text=filter_text
+    )
+    total = queries.subscriber_total(conn, pattern, list_name, filter_text)
     items = [s.SubscriberSummary(**r) for r in rows]
     return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
 
@@ -167,6 +182,55 @@ def remove_subscriber(
     return s.Removed(message=subscribers_api.remove(conn, address, list_name))
 
 
+def _consent(conn: Conn, subscriber_id: int) -> consent.ConsentRecord:
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise NotFound(f"no subscriber with id {subscriber_id}")
+    return consent.record(conn, subscriber_id, address)
+
+
+@router.get("/subscribers/{subscriber_id}/consent", tags=["subscribers"], response_model=s.Consent)
+def get_consent(conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]) -> s.Consent:
+    """Their consent record: each sign-up (time, IP, User-Agent, list, confirmation) and each
+    change they made to their lists, oldest first. `/consent.csv`: the same as CSV."""
+    return s.Consent(**_consent(conn, subscriber_id).as_json())
+
+
+@router.get(
+    "/subscribers/{subscriber_id}/consent.csv",
+    tags=["subscribers"],
+    response_class=StreamingResponse,
+    responses=CSV,
+)
+def get_consent_csv(
+    conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)]
+) -> StreamingResponse:
+    """The consent record as one CSV (`kind` signup or event), spreadsheet-safe cells."""
+    record = _consent(conn, subscriber_id)
+
+    def write(out: TextIO) -> int:
+        record.write_csv(out)
+        return len(record.signups) + len(record.events)
+
+    return csv_download(write, f"consent-{subscriber_id}.csv")
+
+
+@router.post("/subscribers/{subscriber_id}/erase", tags=["subscribers"], response_model=s.Erased)
+def erase_subscriber(
+    conn: Db, subscriber_id: Annotated[int, PathParam(ge=1, le=s.BIGINT)], body: s.EraseIn
+) -> s.Erased:
+    """Erase a subscriber now (GDPR article 17): address, name, attributes, consent and
+    preference records leave every table; campaign counts stay; their unsent messages are
+    cancelled. `confirm` must be their address. 409 while a message to them is in flight."""
+    address = queries.subscriber_email(conn, subscriber_id)
+    if address is None:
+        raise NotFound(f"no subscriber with id {subscriber_id}")
+    if body.confirm.strip().lower() != address.lower():
+        raise Invalid("type the subscriber's address to confirm the erasure", field="confirm")
+    done = erasure.erase(conn, address, keep_suppressed=body.keep_suppressed)
+    return s.Erased(**dataclasses.asdict(done), message=done.summary(address))
+
+
 # -- lists ----------------------------------------------------------------------------------
 
 
@@ -221,6 +285,13 @@ def set_list_options(conn: Db, list_id: ListId, body: s.ListOptions) -> s.ListIn
         )
         signup.set_public(conn, list_id, body.public)
     return _list(conn, list_id)
+
+
+@router.delete("/lists/{list_id}", tags=["lists"], response_model=s.Removed)
+def delete_list(conn: Db, list_id: ListId) -> s.Removed:
+    """Delete a list and its memberships (subscribers stay). 409 while a draft, scheduled,
+    sending or paused campaign names it; sent and cancelled campaigns forget it."""
+    return s.Removed(message=lists_api.delete(conn, list_id))
 
 
 @router.get("/lists/{list_id}/form", tags=["lists"], response_model=s.SignupForm)

@@ -51,6 +51,7 @@ from senddock.web import (
     dashboard,
     docs,
     errors,
+    exports_api,
     guard,
     headers,
     layouts_api,
@@ -348,6 +349,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(api.router)
     app.include_router(segments_api.router)
+    app.include_router(exports_api.router)
     app.include_router(layouts_api.router)
     app.include_router(dashboard.router)
     app.include_router(webhooks.router(pool, settings))

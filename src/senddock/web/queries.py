@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
+from psycopg import sql as pgsql
 
+from senddock.audience.segment_filter import condition
 from senddock.campaigns import UnknownCampaign
 from senddock.campaigns.recipients import page as recipient_page
 from senddock.db import sql
@@ -26,9 +28,7 @@ Rows = list[dict[str, Any]]
 # The two orders of the subscriber page, each read from its own index (see queries.sql).
 SubscriberOrder = Literal["id", "email"]
 SUBSCRIBER_ORDERS: dict[str, str] = {"id": "s.id", "email": "lower(s.email)"}
-SUBSCRIBERS: dict[str, str] = {
-    by: QUERIES["subscribers"].format(order=order) for by, order in SUBSCRIBER_ORDERS.items()
-}
+
 # The shortest span a rate is averaged over: two sends 10 ms apart are not 6,000/min.
 RATE_MIN_SECONDS = 5.0
 
@@ -60,15 +60,25 @@ def subscribers_page(
     limit: int,
     offset: int,
     order: SubscriberOrder = "id",
+    filter_text: str | None = None,
 ) -> Rows:
-    """A page of subscribers (matching the ILIKE `pattern`, on `list_name`), by id or address."""
-    params = {"q": pattern, "list": list_name, "limit": limit, "offset": offset}
-    return conn.execute(SUBSCRIBERS[order], params).fetchall()
+    """A page of subscribers (matching the ILIKE `pattern`, on `list_name`, matching the
+    segment filter `filter_text`), by id or address. A bad filter: SegmentError (422)."""
+    where = condition(filter_text)
+    statement = pgsql.SQL(QUERIES["subscribers"]).format(
+        order=pgsql.SQL(SUBSCRIBER_ORDERS[order]), audience=where.sql
+    )
+    params = {"q": pattern, "list": list_name, "limit": limit, "offset": offset, **where.params}
+    return conn.execute(statement, params).fetchall()
 
 
-def subscriber_total(conn: Conn, pattern: str | None, list_name: str | None) -> int:
+def subscriber_total(
+    conn: Conn, pattern: str | None, list_name: str | None, filter_text: str | None = None
+) -> int:
     """How many subscribers `subscribers_page` pages through."""
-    row = conn.execute(QUERIES["subscriber_total"], {"q": pattern, "list": list_name}).fetchone()
+    where = condition(filter_text)
+    statement = pgsql.SQL(QUERIES["subscriber_total"]).format(audience=where.sql)
+    row = conn.execute(statement, {"q": pattern, "list": list_name, **where.params}).fetchone()
     return int(row["n"]) if row else 0
 
 

@@ -7,13 +7,16 @@
 -- membership status, suppressed). `{order}` is `s.id` (API) or `lower(s.email)` (dashboard),
 -- a literal chosen from two in queries.py and not a parameter, so that each order is read
 -- from its own index (the primary key, subscribers_email_key) and the scan stops after the
--- page; the extra columns are computed for the page's rows only.
+-- page; the extra columns are computed for the page's rows only. `{audience}` is a segment
+-- filter over `s` (audience/segment_filter.py: placeholders only; `true` without one), so
+-- subscribers are searched by attribute in the filter language campaigns use.
 WITH page AS (
     SELECT s.id FROM subscribers s
     WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
       AND (%(list)s::text IS NULL OR EXISTS (
             SELECT 1 FROM list_memberships m JOIN lists l ON l.id = m.list_id
             WHERE m.subscriber_id = s.id AND l.name = %(list)s))
+      AND {audience}
     ORDER BY {order}
     LIMIT %(limit)s OFFSET %(offset)s
 )
@@ -36,6 +39,7 @@ WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
   AND (%(list)s::text IS NULL OR EXISTS (
         SELECT 1 FROM list_memberships m JOIN lists l ON l.id = m.list_id
         WHERE m.subscriber_id = s.id AND l.name = %(list)s))
+  AND {audience}
 
 -- name: subscriber_email
 -- A subscriber's address (the API names it in its answers), by primary key.

@@ -522,3 +522,58 @@ class ConfirmationRequest(BaseModel):
 
 class SubscriberCreated(Subscriber):
     confirmation_requests: list[ConfirmationRequest]
+
+
+class ConsentSignup(BaseModel):
+    """One public sign-up: the proof of consent to one list (0022)."""
+
+    requested_at: datetime
+    ip: str
+    user_agent: str
+    double_opt_in: bool
+    confirmed_at: datetime | None
+    list_id: int | None
+    list: str | None
+
+
+class ConsentEvent(BaseModel):
+    """One change the subscriber made to their lists (0023); `list` None: every list."""
+
+    at: datetime
+    action: str
+    source: str
+    campaign_id: int | None
+    list_id: int | None
+    list: str | None
+
+
+class Consent(BaseModel):
+    subscriber_id: int
+    email: str
+    signups: list[ConsentSignup]
+    events: list[ConsentEvent]
+
+
+class EraseIn(Strict):
+    confirm: Address = Field(
+        description="The subscriber's address, typed again: the erasure cannot be undone."
+    )
+    keep_suppressed: bool = Field(
+        default=False,
+        description="They asked never to be mailed again: keep a SHA-256 of the address"
+        " suppressed (never the address).",
+    )
+
+
+class Erased(BaseModel):
+    subscriber_id: int
+    kept_row: bool = Field(description="Jobs name them: the row stays, holding nothing of theirs.")
+    jobs: int
+    cancelled: int
+    findings: int
+    messages: int
+    consents: int
+    events: int
+    suppression: str | None = Field(description="The reason of the suppression removed, if any.")
+    kept_suppressed: bool
+    message: str

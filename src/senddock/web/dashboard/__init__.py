@@ -6,6 +6,7 @@
 from fastapi import APIRouter
 
 from senddock.web.dashboard import (
+    audience_ops,
     audience_pages,
     campaign_edit,
     campaign_pages,
@@ -13,6 +14,7 @@ from senddock.web.dashboard import (
     list_pages,
     live,
     login,
+    privacy_pages,
     settings_page,
     subscriber_pages,
     workers_page,
@@ -26,6 +28,8 @@ for part in (
     campaign_pages.router,
     campaign_edit.router,
     subscriber_pages.router,
+    privacy_pages.router,
+    audience_ops.router,
     list_pages.router,
     audience_pages.router,
     live.router,

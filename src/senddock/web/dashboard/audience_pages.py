@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from senddock.audience import signup, suppressions
 from senddock.audience.lists import all_lists
+from senddock.audience.segment_filter import MAX_LENGTH, SegmentError
 from senddock.errors import SendDockError
 from senddock.web import imports, queries
 from senddock.web.dashboard.gate import LoggedIn
@@ -29,22 +30,36 @@ def subscriber_list(
     request: Request,
     q: str = "",
     list_name: Annotated[str, Query(alias="list")] = "",
+    filter_text: Annotated[str, Query(alias="filter", max_length=MAX_LENGTH)] = "",
     page: str = "1",
 ) -> Response:
     at = Page.of(page)
+    error, status = "", 200
     with db(request) as conn:
-        rows = queries.subscribers_page(
-            conn, like(q), list_name or None, at.limit, at.offset, order="email"
-        )
+        try:
+            rows = queries.subscribers_page(
+                conn,
+                like(q),
+                list_name or None,
+                at.limit,
+                at.offset,
+                order="email",
+                filter_text=filter_text or None,
+            )
+        except SegmentError as exc:  # the filter as typed, refused with its column
+            rows, error, status = [], exc.message, exc.status
         lists = all_lists(conn)
     return render(
         request,
         "subscribers.html",
+        status,
         title="Subscribers",
         subscribers=rows[: at.size],
         lists=lists,
         q=q,
         list_name=list_name,
+        filter_text=filter_text,
+        filter_error=error,
         page=at.number,
         more=len(rows) > at.size,
     )
