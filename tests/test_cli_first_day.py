@@ -338,7 +338,10 @@ def test_one_row_is_a_row_and_one_member_a_member(db_url: str, tmp_path: Path) -
     one = tmp_path / "one.csv"
     one.write_text("email\nada@example.org\n")
     done = senddock(env, "subscribers", "import", str(one), "--list", "news")
-    assert done.stdout.strip() == "imported 1 row into 'news': 1 subscriber; rejected 0 rows"
+    assert done.stdout.strip() == (
+        "imported 1 row into 'news': 1 subscriber (1 new); rejected 0 rows;"
+        " 2 lines: 1 header + 1 imported + 0 rejected"
+    )
     out = tmp_path / "out.csv"
     exported = senddock(env, "subscribers", "export", "--list", "news", "-o", str(out))
     assert exported.stdout.strip() == f"exported 1 member of 'news' to {out}"
