@@ -67,7 +67,14 @@ def ada_everywhere(conn: Conn, db_url: str) -> tuple[int, int, int, int]:
     job, its broadcast)."""
     news = ensure_list(conn, "news")
     signup.set_public(conn, news, True)
-    signup.sign_up(conn, signup.PublicList(news, "news", False), normalize(ADA), NAME, IP, AGENT)
+    signup.sign_up(
+        conn,
+        signup.PublicList(news, "news", False, signup.DEFAULT_CONSENT),
+        normalize(ADA),
+        NAME,
+        IP,
+        AGENT,
+    )
     subscribers.update(conn, ADA, attributes={"city": CITY}, lists=("offers",))
     sid = int(subscribers.show(conn, ADA)["id"])
     assert preferences.change(conn, sid, "leave", ensure_list(conn, "offers"), None)
@@ -178,7 +185,12 @@ def test_erase_keeping_the_suppression_keeps_a_digest_and_never_mails_them_again
     news = ensure_list(conn, "news")
     signup.set_public(conn, news, True)
     subscribers.remove(conn, ada)
-    assert signup.sign_up(conn, signup.PublicList(news, "news", True), ada, "", IP, AGENT) == []
+    assert (
+        signup.sign_up(
+            conn, signup.PublicList(news, "news", True, signup.DEFAULT_CONSENT), ada, "", IP, AGENT
+        )
+        == []
+    )
     assert conn.execute(
         "SELECT count(*) AS n FROM subscribers WHERE lower(email) = lower(%s)", (ada,)
     ).fetchone() == {"n": 0}

@@ -31,7 +31,9 @@ def signed_up(conn: Conn) -> int:
     """Ada signed up to `news` through the public form, then left `offers` on her page."""
     news = ensure_list(conn, "news")
     signup.set_public(conn, news, True)
-    signup.sign_up(conn, signup.PublicList(news, "news", False), ADA, "Ada", IP, AGENT)
+    signup.sign_up(
+        conn, signup.PublicList(news, "news", False, signup.DEFAULT_CONSENT), ADA, "Ada", IP, AGENT
+    )
     subscribers.update(conn, ADA, lists=("offers",))
     sid = int(subscribers.show(conn, ADA)["id"])
     assert preferences.change(conn, sid, "leave", ensure_list(conn, "offers"), None)

@@ -68,7 +68,14 @@ def test_api_and_dashboard_refuse_while_sending_and_delete_after_the_cancel(
 ) -> None:
     news = ensure_list(conn, "news")
     signup.set_public(conn, news, True)
-    signup.sign_up(conn, signup.PublicList(news, "news", False), "zoe@example.com", "", "::1", "")
+    signup.sign_up(
+        conn,
+        signup.PublicList(news, "news", False, signup.DEFAULT_CONSENT),
+        "zoe@example.com",
+        "",
+        "::1",
+        "",
+    )
     cid, bid = send_campaign(conn, "news", PEOPLE)  # sending: jobs pending, no worker
     other = ensure_list(conn, "other")
     auth.create_admin(conn, EMAIL, PASSWORD)

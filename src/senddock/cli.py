@@ -1189,6 +1189,8 @@ def subscribers_consent_cmd(address: str, fmt: str) -> None:
             f"  {_iso(x.requested_at)}  signed up to {x.list_name or '(deleted list)'!r}"
             f" ({opt}{confirmed}) from {x.ip}, {x.user_agent!r}"
         )
+        if x.consent_text:
+            click.echo(f"    agreed to: {x.consent_text}")
     for e in kept.events:
         what = "every list" if e.action == "unsubscribe_all" else repr(e.list_name or "?")
         via = f", campaign {e.campaign_id}" if e.campaign_id else ""
@@ -1253,6 +1255,12 @@ def lists_show_cmd() -> None:
     default=None,
     help="Whether anyone may sign up through POST /subscribe (see `lists form`).",
 )
+@click.option(
+    "--consent-text",
+    metavar="TEXT",
+    help="What a sign-up agrees to, shown on the form and kept with each sign-up"
+    " ('' restores the default wording).",
+)
 def lists_set_cmd(
     name: str,
     rename: str | None,
@@ -1260,6 +1268,7 @@ def lists_set_cmd(
     double_opt_in: bool | None,
     from_addr: str | None,
     public: bool | None,
+    consent_text: str | None,
 ) -> None:
     """Create a list or change its name, description and options, in one transaction."""
     with db() as conn, conn.transaction():
@@ -1277,6 +1286,8 @@ def lists_set_cmd(
             sender="--from",
         )
         signup.set_public(conn, list_id, public)
+        if consent_text is not None:
+            signup.set_consent_text(conn, list_id, consent_text)
     renamed = "" if rename is None else f" as {lists_api.clean_name(rename)!r}"
     click.echo(f"list {name!r} saved{renamed}")
 
@@ -1329,7 +1340,8 @@ def lists_form_cmd(name_or_id: str) -> None:
             f" (senddock lists set {row['name']!r} --public)",
             err=True,
         )
-    click.echo(signup.form_html(s.public_url, token, row["name"]), nl=False)
+    wording = signup.consent_wording(row["name"], row["consent_text"])
+    click.echo(signup.form_html(s.public_url, token, row["name"], wording), nl=False)
 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:

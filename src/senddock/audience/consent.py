@@ -35,6 +35,7 @@ CSV_COLUMNS = (
     "double_opt_in",
     "confirmed_at",
     "campaign_id",
+    "consent_text",
 )
 
 
@@ -49,6 +50,7 @@ class Signup:
     confirmed_at: datetime | None
     list_id: int | None
     list_name: str | None
+    consent_text: str = ""  # the words agreed to ('' : from before 0032 kept them)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class ConsentRecord:
                     "confirmed_at": iso(s.confirmed_at),
                     "list_id": s.list_id,
                     "list": s.list_name,
+                    "consent_text": s.consent_text,
                 }
                 for s in self.signups
             ],
@@ -115,11 +118,11 @@ class ConsentRecord:
             values: list[Any] = ["signup", s.requested_at.isoformat(), s.list_name or ""]
             values += ["", "sign-up form"]
             values += [s.ip, s.user_agent, "yes" if s.double_opt_in else "no"]
-            values += [s.confirmed_at.isoformat() if s.confirmed_at else "", ""]
+            values += [s.confirmed_at.isoformat() if s.confirmed_at else "", "", s.consent_text]
             rows.append((s.requested_at, values))
         for e in self.events:
             values = ["event", e.created_at.isoformat(), e.list_name or "", e.action, e.source]
-            values += ["", "", "", "", e.campaign_id or ""]
+            values += ["", "", "", "", e.campaign_id or "", ""]
             rows.append((e.created_at, values))
         w = csv.writer(out)
         w.writerow(CSV_COLUMNS)
@@ -143,6 +146,7 @@ def record(conn: Conn, subscriber_id: int, email: str) -> ConsentRecord:
                 r["confirmed_at"],
                 r["list_id"],
                 r["list_name"],
+                r["consent_text"],
             )
             for r in signups
         ],

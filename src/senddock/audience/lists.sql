@@ -22,7 +22,7 @@ WHERE id = %(list)s;
 -- name: all_lists
 -- Every list with its options and its members counted by membership status in one pass
 -- (a LEFT JOIN, so an empty list shows with zero counts).
-SELECT l.id, l.name, l.description, l.double_opt_in, l.from_addr, l.public,
+SELECT l.id, l.name, l.description, l.double_opt_in, l.from_addr, l.public, l.consent_text,
        count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
        count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
        count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed

@@ -37,6 +37,11 @@ Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "signup.sql")
 
 SIGNUP = "signup"  # the purpose a form's list token is signed for
+# What a sign-up form says a person agrees to, unless the list words it itself (0032).
+DEFAULT_CONSENT = (
+    "I agree to receive {list} by email. I can leave at any time by the link in every message."
+)
+CONSENT_MAX = 2000
 HONEYPOT = "website"  # a field people never see: a bot that fills it is answered, not served
 NAME_MAX = 200
 
@@ -48,6 +53,7 @@ class PublicList:
     id: int
     name: str
     double_opt_in: bool
+    consent: str  # the words its form shows, kept with each sign-up
 
 
 def form_token(key: bytes, list_id: int) -> str:
@@ -64,7 +70,34 @@ def public_list(conn: Conn, key: bytes, token: str) -> PublicList | None:
     row = conn.execute(QUERIES["public_list"], {"list": ids[0]}).fetchone()
     if row is None:
         return None
-    return PublicList(int(row["id"]), str(row["name"]), bool(row["double_opt_in"]))
+    wording = consent_wording(str(row["name"]), row["consent_text"])
+    return PublicList(int(row["id"]), str(row["name"]), bool(row["double_opt_in"]), wording)
+
+
+def consent_wording(list_name: str, consent_text: str | None) -> str:
+    """The words a list's form shows and each sign-up keeps: its own, or the default."""
+    return consent_text or DEFAULT_CONSENT.format(list=list_name)
+
+
+def set_consent_text(conn: Conn, list_id: int, text: str) -> None:
+    """Word a list's sign-up consent; '' restores the default wording. One paragraph, at most
+    CONSENT_MAX characters, no control character."""
+    words = " ".join(text.split())
+    if len(words) > CONSENT_MAX:
+        raise Invalid(
+            f"the consent text is longer than {CONSENT_MAX} characters", field="consent_text"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in words):
+        raise Invalid("the consent text holds a control character", field="consent_text")
+    conn.execute(QUERIES["set_consent_text"], {"text": words or None, "list": list_id})
+
+
+def list_consent(conn: Conn, list_id: int) -> str:
+    """The consent wording a list's form shows now."""
+    row = conn.execute(QUERIES["consent_text"], {"list": list_id}).fetchone()
+    if row is None:
+        raise Invalid(f"there is no list {list_id}", field="list")
+    return consent_wording(str(row["name"]), row["consent_text"])
 
 
 def set_public(conn: Conn, list_id: int, public: bool | None) -> None:
@@ -85,7 +118,7 @@ def find(conn: Conn, name_or_id: str) -> int:
     return int(row["id"])
 
 
-def form_html(public_url: str, token: str, list_name: str) -> str:
+def form_html(public_url: str, token: str, list_name: str, consent: str) -> str:
     """The copy-paste HTML form of a list: posts to this server's /subscribe, and hides the
     honeypot field off-screen (not `display:none`, which some bots skip). The address field
     is text, not `type=email`: browsers refuse a non-ASCII local part there (zoë@...), which
@@ -101,6 +134,7 @@ def form_html(public_url: str, token: str, list_name: str) -> str:
         f'  <div aria-hidden="true" style="position:absolute;left:-10000px">\n'
         f'    <input type="text" name="{HONEYPOT}" tabindex="-1" autocomplete="off">\n'
         "  </div>\n"
+        f"  <p>{html.escape(consent)}</p>\n"
         f'  <button type="submit">Subscribe to {title}</button>\n'
         "</form>\n"
     )
@@ -140,6 +174,7 @@ def sign_up(
                 "ip": ip,
                 "user_agent": user_agent[:500],
                 "double_opt_in": lst.double_opt_in,
+                "consent_text": lst.consent,
             },
         )
         if opened["status"] != "unconfirmed":

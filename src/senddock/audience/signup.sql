@@ -5,7 +5,7 @@
 -- name: public_list
 -- The list a sign-up form names, only while it is public (a list made private again closes
 -- its forms at once), with what its answer and its confirmation request need.
-SELECT id, name, double_opt_in, from_addr FROM lists WHERE id = %(list)s AND public;
+SELECT id, name, double_opt_in, from_addr, consent_text FROM lists WHERE id = %(list)s AND public;
 
 -- name: set_public
 -- Open or close a list's sign-up form (`lists set --public/--private`); NULL leaves it.
@@ -44,9 +44,9 @@ RETURNING status;
 
 -- name: record_consent
 -- The proof of consent for a membership this sign-up opened: when, from which IP, with which
--- User-Agent, on which list.
-INSERT INTO signup_consents (subscriber_id, list_id, ip, user_agent, double_opt_in)
-VALUES (%(subscriber)s, %(list)s, %(ip)s, %(user_agent)s, %(double_opt_in)s);
+-- User-Agent, on which list, and the words agreed to (the list's wording of this moment, 0032).
+INSERT INTO signup_consents (subscriber_id, list_id, ip, user_agent, double_opt_in, consent_text)
+VALUES (%(subscriber)s, %(list)s, %(ip)s, %(user_agent)s, %(double_opt_in)s, %(consent_text)s);
 
 -- name: request_row
 -- What the confirmation request of one membership needs (optin.request_message).
@@ -76,3 +76,11 @@ WHERE lower(s.email) = lower(%(email)s) ORDER BY c.id DESC;
 -- name: public_list_any
 -- A list by id, public or not (`lists form ID` names it; the form works once it is public).
 SELECT id FROM lists WHERE id = %(list)s;
+
+-- name: set_consent_text
+-- A list's sign-up consent wording (0032); NULL: the default wording.
+UPDATE lists SET consent_text = %(text)s WHERE id = %(list)s;
+
+-- name: consent_text
+-- A list's name and consent wording, public or not (`lists form`).
+SELECT name, consent_text FROM lists WHERE id = %(list)s;

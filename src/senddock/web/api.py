@@ -300,7 +300,7 @@ def get_signup_form(request: Request, conn: Db, list_id: ListId) -> s.SignupForm
     info = _list(conn, list_id)
     token = signup.form_token(request.app.state.link_key, list_id)
     url = request.app.state.settings.public_url
-    html = signup.form_html(url, token, info.name)
+    html = signup.form_html(url, token, info.name, signup.list_consent(conn, list_id))
     return s.SignupForm(list_id=list_id, public=info.public, token=token, html=html)
 
 

@@ -534,6 +534,9 @@ class ConsentSignup(BaseModel):
     confirmed_at: datetime | None
     list_id: int | None
     list: str | None
+    consent_text: str = Field(
+        default="", description="The words agreed to ('': a sign-up from before they were kept)"
+    )
 
 
 class ConsentEvent(BaseModel):

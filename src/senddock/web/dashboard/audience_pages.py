@@ -72,7 +72,8 @@ def lists_with_forms(request: Request) -> list[dict[str, Any]]:
     key, url = request.app.state.link_key, request.app.state.settings.public_url
     for row in rows:
         token = signup.form_token(key, row["id"])
-        row["form"] = signup.form_html(url, token, row["name"]) if row["public"] else ""
+        wording = signup.consent_wording(row["name"], row["consent_text"])
+        row["form"] = signup.form_html(url, token, row["name"], wording) if row["public"] else ""
     return rows
 
 
