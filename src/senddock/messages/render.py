@@ -104,11 +104,11 @@ def _problem(template: Any, exc: BaseException, what: str) -> TemplateProblem:
 
 
 def render_limited(template: Any, ctx: dict[str, Any]) -> str:
-    """Render a template of the sandbox within its limits (messages/sandbox.py): the clock
-    and the work count of this thread's render, and off the main thread the watchdog."""
+    """Render a template of the sandbox within its limits (messages/sandbox.py) inside the
+    caller's `limits()`; a stop from outside, a recursion or a failed allocation becomes the
+    SecurityError that names it."""
     try:
-        with limits():
-            return str(template.render(ctx))
+        return str(template.render(ctx))
     except RenderStopped as exc:
         raise SecurityError(f"rendering took longer than {2 * RENDER_SECONDS:g} s") from exc
     except RecursionError as exc:
@@ -118,6 +118,7 @@ def render_limited(template: Any, ctx: dict[str, Any]) -> str:
 
 
 def _render(template: Any, ctx: dict[str, Any]) -> str:
+    """One part of a message (inside `_parts`' limits), or the TemplateProblem naming it."""
     try:
         return render_limited(template, ctx)
     except TemplateError as exc:
@@ -281,9 +282,10 @@ class CompiledMessage:
         self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
         ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "", self.preferences(rcpt))
-        subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
-        text = _render(self.text, ctx)
-        html = _render(self.html, ctx) if self.html is not None else None
+        with limits():  # the parts of one message share one clock and one work count
+            subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
+            text = _render(self.text, ctx)
+            html = _render(self.html, ctx) if self.html is not None else None
         return subject, text, html
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
@@ -412,5 +414,6 @@ def strict_sandbox(undefined: type[Undefined], autoescape: bool) -> ImmutableSan
 
 
 def render_checked(template: Any, ctx: dict[str, Any]) -> str:
-    """Render a template of `strict_sandbox` within its limits."""
-    return render_limited(template, ctx)
+    """Render a template of `strict_sandbox` within its limits (or its caller's)."""
+    with limits():
+        return render_limited(template, ctx)

@@ -22,7 +22,6 @@ thread (a request of `serve`), which raises RenderStopped in that thread at its 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import heapq
@@ -67,24 +66,29 @@ class _Render(threading.local):
 
 
 _now = _Render()
+_MAIN = threading.main_thread().ident
 
 
-@contextlib.contextmanager
-def limits() -> Iterator[None]:
+class limits:
     """One render's clock, work count and (off the main thread) watchdog, around what runs
-    inside; a render already in progress in this thread is shared (renders nested in it, or
-    a check of twenty subscribers, share its RENDER_SECONDS)."""
-    if _now.until is not None:
-        yield
-        return
-    _now.until = time.monotonic() + RENDER_SECONDS
-    _now.work = 0
-    token = watchdog.arm()
-    try:
-        yield
-    finally:
-        watchdog.disarm(token)
-        end_render()
+    inside; a render already in progress in this thread is shared (the parts of one message,
+    a check of twenty subscribers: all within one RENDER_SECONDS). A class, not a generator:
+    it runs once a message."""
+
+    __slots__ = ("started", "token")
+
+    def __enter__(self) -> None:
+        self.started = _now.until is None
+        if self.started:
+            _now.until = time.monotonic() + RENDER_SECONDS
+            _now.work = 0
+            self.token = None if threading.get_ident() == _MAIN else watchdog.arm()
+
+    def __exit__(self, *_: object) -> None:
+        if self.started:
+            if self.token is not None:
+                watchdog.disarm(self.token)
+            end_render()
 
 
 def end_render() -> None:
@@ -537,10 +541,8 @@ class _Watchdog:
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def arm(self) -> int | None:
+    def arm(self) -> int:
         tid = threading.get_ident()
-        if threading.current_thread() is threading.main_thread():
-            return None
         with self._lock:
             token = next(self._tokens)
             deadline = time.monotonic() + HARD_SECONDS
@@ -554,9 +556,7 @@ class _Watchdog:
             self._lock.notify()
         return token
 
-    def disarm(self, token: int | None) -> None:
-        if token is None:
-            return
+    def disarm(self, token: int) -> None:
         with self._lock:
             tid = threading.get_ident()
             if self._armed.get(tid, (None,))[0] == token:
