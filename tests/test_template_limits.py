@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from senddock.messages import TemplateProblem, compile_message
+from senddock.messages.sandbox import HARD_SECONDS, RenderStopped, limits
 from senddock.testing import Catcher
 from support import (
     Conn,
@@ -175,3 +179,71 @@ def test_a_subscriber_whose_data_blows_a_limit_fails_alone_in_a_worker(
     assert "a width of 1000000000" in wide["last_reply"], wide["last_reply"]
     assert "long@example.org" not in received and "wide@example.org" not in received
     assert peak < MAX_RSS_MB, peak
+
+
+def test_python_code_that_reaches_no_check_is_stopped_off_the_main_thread() -> None:
+    """Python code inside one filter makes no call the sandbox sees (urlize of a megabyte ran
+    4 s): off the main thread, where no SIGALRM can reach, the watchdog stops it at 2 s; a
+    request thread of `serve` is never held longer."""
+    outcome: list[BaseException | None] = []
+
+    def spin() -> None:
+        try:
+            with limits():
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    pass
+            outcome.append(None)
+        except RenderStopped as exc:
+            outcome.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    thread.join(10)
+    took = time.monotonic() - started
+    assert outcome and isinstance(outcome[0], RenderStopped), (outcome, took)
+    assert took < 2 * HARD_SECONDS, took
+    # The thread goes on as new: its next render starts a clock of its own.
+    assert not thread.is_alive()
+
+
+# Constructs beyond the probe; the value `s` is 999,999 characters, just under the limit of
+# one value. Before (2e6cafc, under a 4 GB ulimit), each built 0.2-3.9 GB, raised MemoryError
+# (a 500), ran past 30 s, or (`%(a)s` twice) was accepted.
+MORE = [
+    "{{ s.replace('x', s) }}",
+    "{{ [s] * 1000 }}",
+    "{{ ([s] * 1000) | string }}",
+    "{{ ([s] * 1000) | e }}",
+    "{{ '%s' % ([s] * 1000,) }}",
+    "{{ '%(a)s%(a)s' % {'a': s} }}",
+    "{{ ('{0}' * 1000).format(s) }}",
+    "{{ '{:{}}'.format(1, 10**9) }}",
+    "{{ (1).to_bytes(10**9, 'big') }}",
+    "{{ ([[0] * 1000000] * 1000) | sum(start=[]) | length }}",
+    "{{ ([[0] * 1000000] * 100) | map('list') | list | length }}",
+    "{{ ('\\n' * 999999) | indent(10000, blank=True) }}",
+    "{{ s | wordwrap(1, wrapstring=s) }}",
+    "{{ range(100000) | list | tojson(1000) }}",
+    "{{ range(10) | batch(10**9, 'x') | list }}",
+    "{{ range(10) | slice(10**9) | list | length }}",
+    "{{ {}.fromkeys(range(1000), s) }}",
+    "{{ s.translate({120: s}) }}",
+    "{{ ('\\t' * 999999).expandtabs(10000) }}",
+    "{% set n = namespace(x=[s]) %}{% for i in range(40) %}{% set n.x = [n.x, n.x] %}"
+    "{% endfor %}{{ n.x }}",
+]
+
+
+@pytest.mark.parametrize("body", MORE)
+def test_every_construct_is_refused_before_it_builds(body: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    started = time.monotonic()
+    with pytest.raises(TemplateProblem) as refused:
+        compile_message("s", "news@example.org", "{% set s = 'x' * 999999 %}" + body)
+    took = time.monotonic() - started
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 - before
+    assert LIMIT.search(str(refused.value)) or "too large" in str(refused.value), refused.value
+    assert grew < 100, f"peak memory grew {grew} MB"
+    print(f"{body[:50]!r}: refused in {took:.2f} s, peak +{grew} MB: {refused.value}")

@@ -47,7 +47,7 @@ MAX_WIDTH = 10_000
 MAX_INDENT = 16
 MAX_INT_BITS = 64 * 1024
 MAX_RENDERED = 4 * 1024 * 1024
-MAX_WORK = 16 * MAX_VALUE
+MAX_WORK = 8 * MAX_VALUE  # items of a list are 8 bytes: 64 MB at most
 RENDER_SECONDS = 1.0
 HARD_SECONDS = 2 * RENDER_SECONDS
 
@@ -170,7 +170,7 @@ def _check_width(n: Any, what: str, limit: int = MAX_WIDTH) -> None:
 
 def _check_spec(spec: str, what: str) -> None:
     if "{" in spec:
-        raise SecurityError(f"{what}: a width taken from an argument ('{{:{spec}}}')")
+        raise SecurityError(f"{what}: a width of '{{:{spec}}}' (taken from an argument)")
     for digits in re.findall(r"\d+", spec):
         if len(digits) > 6 or int(digits) > MAX_WIDTH:
             raise SecurityError(f"{what}: a width of {digits} (at most {MAX_WIDTH:,})")
