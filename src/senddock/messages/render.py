@@ -28,7 +28,7 @@ from senddock.errors import Invalid
 from senddock.messages.html_text import html_to_text
 from senddock.messages.links import Links, Unsubscribe
 from senddock.messages.sandbox import (
-    RENDER_SECONDS,
+    HARD_SECONDS,
     RenderStopped,
     Sandbox,
     limits,
@@ -103,6 +103,9 @@ def _problem(template: Any, exc: BaseException, what: str) -> TemplateProblem:
     return TemplateProblem(f"{where}: {what}", field=PART_FIELDS[template.senddock_part])
 
 
+_STOPPED = f"rendering took longer than {HARD_SECONDS:g} s"
+
+
 def render_limited(template: Any, ctx: dict[str, Any]) -> str:
     """Render a template of the sandbox within its limits (messages/sandbox.py) inside the
     caller's `limits()`; a stop from outside, a recursion or a failed allocation becomes the
@@ -110,7 +113,7 @@ def render_limited(template: Any, ctx: dict[str, Any]) -> str:
     try:
         return str(template.render(ctx))
     except RenderStopped as exc:
-        raise SecurityError(f"rendering took longer than {2 * RENDER_SECONDS:g} s") from exc
+        raise SecurityError(_STOPPED) from exc
     except RecursionError as exc:
         raise SecurityError("macros or loops nested too deeply (a recursive macro?)") from exc
     except MemoryError as exc:  # a limit we lack; the allocation that failed is gone
@@ -282,10 +285,13 @@ class CompiledMessage:
         self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
         ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "", self.preferences(rcpt))
-        with limits():  # the parts of one message share one clock and one work count
-            subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
-            text = _render(self.text, ctx)
-            html = _render(self.html, ctx) if self.html is not None else None
+        try:
+            with limits():  # the parts of one message share one clock and one work count
+                subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
+                text = _render(self.text, ctx)
+                html = _render(self.html, ctx) if self.html is not None else None
+        except RenderStopped as exc:  # the watchdog, just as the last part ended
+            raise TemplateProblem(_STOPPED, field=PART_FIELDS["text"]) from exc
         return subject, text, html
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
@@ -415,5 +421,8 @@ def strict_sandbox(undefined: type[Undefined], autoescape: bool) -> ImmutableSan
 
 def render_checked(template: Any, ctx: dict[str, Any]) -> str:
     """Render a template of `strict_sandbox` within its limits (or its caller's)."""
-    with limits():
-        return render_limited(template, ctx)
+    try:
+        with limits():
+            return render_limited(template, ctx)
+    except RenderStopped as exc:  # the watchdog, just as the render ended
+        raise SecurityError(_STOPPED) from exc

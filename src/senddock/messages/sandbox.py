@@ -78,17 +78,22 @@ class limits:
     __slots__ = ("started", "token")
 
     def __enter__(self) -> None:
-        self.started = _now.until is None
+        now = time.monotonic()
+        until = _now.until
+        # A clock long past its hard limit was left by a render stopped from outside just as
+        # it ended (the watchdog's exception landed before __exit__ ran): not a render.
+        self.started = until is None or now > until + HARD_SECONDS
         if self.started:
-            _now.until = time.monotonic() + RENDER_SECONDS
+            _now.until = now + RENDER_SECONDS
             _now.work = 0
             self.token = None if threading.get_ident() == _MAIN else watchdog.arm()
 
     def __exit__(self, *_: object) -> None:
         if self.started:
+            _now.until = None  # first: nothing below may leave this thread's clock running
+            _now.work = 0
             if self.token is not None:
                 watchdog.disarm(self.token)
-            end_render()
 
 
 def end_render() -> None:
