@@ -233,6 +233,7 @@ MORE = [
     "{{ range(10) | slice(10**9) | list | length }}",
     "{{ {}.fromkeys(range(1000), s) }}",
     "{{ s.translate({120: s}) }}",
+    "{{ 1.5 | round(100000000, 'ceil') }}",
     "{{ ('\\t' * 999999).expandtabs(10000) }}",
     "{% set n = namespace(x=[s]) %}{% for i in range(40) %}{% set n.x = [n.x, n.x] %}"
     "{% endfor %}{{ n.x }}",

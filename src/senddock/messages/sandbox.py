@@ -7,7 +7,8 @@ Every construct a template can build with is bounded *before* it builds, in size
   `|indent`, `|wordwrap`, str methods (`replace`, `join`, `center`, `expandtabs`, ...) and every
   output (`{{ x }}`) are measured first, a container by a walk that stops past the limit;
 - a padding width or a count (`center`, `'%*d'`, `'{:>N}'`, `batch`, `slice`) may not pass
-  MAX_WIDTH; a JSON indent MAX_INDENT; an integer MAX_INT_BITS bits;
+  MAX_WIDTH; a JSON indent MAX_INDENT; `|round`'s precision MAX_PRECISION (its 'ceil' computes
+  10 ** precision in C: a billion held the GIL for good); an integer MAX_INT_BITS bits;
 - one render may not build more than MAX_WORK characters and items in all (what every checked
   operation, filter and call made, summed), nor output more than MAX_RENDERED;
 - every `{% for %}` loop's iterable is wrapped at compile time (a custom code generator) so
@@ -45,6 +46,7 @@ from jinja2.utils import Namespace, _PassArg
 MAX_VALUE = 1_000_000
 MAX_WIDTH = 10_000
 MAX_INDENT = 16
+MAX_PRECISION = 400  # digits |round may keep: a float has at most 17 that mean anything
 MAX_INT_BITS = 64 * 1024
 MAX_RENDERED = 4 * 1024 * 1024
 MAX_WORK = 8 * MAX_VALUE  # items of a list are 8 bytes: 64 MB at most
@@ -456,6 +458,10 @@ def _pre_filter(name: str, a: dict[str, Any]) -> dict[str, Any]:
         check_printf(str(value), a.get("kwargs") or a.get("args", ()))
     elif name in ("batch", "slice"):
         _check_width(a.get("linecount", a.get("slices")), name)
+    elif name == "round":  # 'ceil' and 'floor' compute 10 ** precision, in C
+        precision = a.get("precision", 0)
+        if isinstance(precision, int) and abs(precision) > MAX_PRECISION:
+            raise SecurityError(f"round: a precision too large (at most {MAX_PRECISION})")
     elif name == "tojson":
         _check_width(a.get("indent"), name, MAX_INDENT)
     elif name in ("join", "sum"):
@@ -495,7 +501,7 @@ def _filter(f: Callable[..., Any], name: str) -> Callable[..., Any]:
     """A filter that looks at the clock, is refused before it makes too much (`_pre_filter`),
     and charges what it made to the render's work."""
     signature = None
-    if name in _PRINTING or name in ("batch", "slice", "join", "sum"):
+    if name in _PRINTING or name in ("batch", "slice", "join", "sum", "round"):
         try:
             signature = inspect.signature(f)
         except (TypeError, ValueError):  # a C function (markupsafe's escape): one argument
