@@ -9,8 +9,9 @@ Every construct a template can build with is bounded *before* it builds, in size
 - a padding width or a count (`center`, `'%*d'`, `'{:>N}'`, `batch`, `slice`) may not pass
   MAX_WIDTH; a JSON indent MAX_INDENT; `|round`'s precision MAX_PRECISION (its 'ceil' computes
   10 ** precision in C: a billion held the GIL for good); an integer MAX_INT_BITS bits;
-- one render may not build more than MAX_WORK characters and items in all (what every checked
-  operation, filter and call made, summed), nor output more than MAX_RENDERED;
+- one render (the parts of one message) may not build more than MAX_WORK in all (what every
+  checked operation, filter and call made, summed: a character 1, a container's item 4), nor
+  output more than MAX_RENDERED;
 - every `{% for %}` loop's iterable is wrapped at compile time (a custom code generator) so
   that its iterations look at the clock: nothing, not even an empty loop nested in another,
   outlasts RENDER_SECONDS;
@@ -49,7 +50,7 @@ MAX_INDENT = 16
 MAX_PRECISION = 400  # digits |round may keep: a float has at most 17 that mean anything
 MAX_INT_BITS = 64 * 1024
 MAX_RENDERED = 4 * 1024 * 1024
-MAX_WORK = 8 * MAX_VALUE  # items of a list are 8 bytes: 64 MB at most
+MAX_WORK = 4 * MAX_VALUE  # characters, and items of a container at 4 each (below)
 RENDER_SECONDS = 1.0
 HARD_SECONDS = 2 * RENDER_SECONDS
 
@@ -125,6 +126,15 @@ def _charge(n: int) -> None:
 
 def _size(value: Any) -> int:
     return len(value) if isinstance(value, str | bytes | list | tuple | dict) else 0
+
+
+def _cost(value: Any) -> int:
+    """What a value made costs the render's work: a character 1 (1-4 bytes), an item of a
+    container 4 (its 8-byte reference, and often a new 28-byte int): MAX_WORK holds a render's
+    memory under ~150 MB whatever it keeps."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    return 4 * len(value) if isinstance(value, list | tuple | dict) else 0
 
 
 def _chars(value: Any) -> int:
@@ -307,7 +317,6 @@ class Sandbox(ImmutableSandboxedEnvironment):
     def __init__(self, **options: Any) -> None:
         super().__init__(finalize=_finalize, **options)
         self.globals.pop("lipsum", None)  # lipsum(10**6) held a server thread for 140 s
-        self.globals["range"] = _timed(self.globals["range"])
         for name, f in list(self.filters.items()):
             self.filters[name] = _filter(f, name)
         self.filters[_LOOP] = _loop
@@ -330,7 +339,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
         elif isinstance(owner, int) and name == "to_bytes":
             _check_width(args[0] if args else kwargs.get("length", 1), "to_bytes", MAX_VALUE)
         result = super().call(__context, __obj, *args, **kwargs)
-        _charge(_size(result))
+        _charge(_cost(result))
         return result
 
     def wrap_str_format(self, value: Any) -> Any:
@@ -369,7 +378,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
         elif operator == "+" and _size(left) + _size(right) > MAX_VALUE:
             raise too_big("concatenation")
         result = super().call_binop(context, operator, left, right)
-        _charge(_size(result))
+        _charge(_cost(result))
         return result
 
     @staticmethod
@@ -397,27 +406,6 @@ def _finalize(value: Any) -> Any:
     if value.__class__ is not str and not isinstance(value, str | int | float | Undefined):
         _measured("output", value)
     return value
-
-
-class _Timed(list[Any]):
-    """A list whose iteration looks at the clock (what `range()` returns: C code iterating it,
-    `|join` or `|list`, still runs our check)."""
-
-    def __iter__(self) -> Iterator[Any]:
-        for i, item in enumerate(super().__iter__()):
-            if not i & 1023:
-                check_time()
-            yield item
-
-
-def _timed(f: Any) -> Any:
-    @functools.wraps(f)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        result = _Timed(f(*args, **kwargs))
-        _charge(len(result))
-        return result
-
-    return timed
 
 
 # Filters that print their value (a container as its repr): the value is measured first.
@@ -523,12 +511,12 @@ def _filter(f: Callable[..., Any], name: str) -> Callable[..., Any]:
                 bound.apply_defaults()
                 a = _pre_filter(name, {**bound.arguments})
                 if name == "sum" and (result := _sum(a)) is not None:
-                    _charge(_size(result))
+                    _charge(_cost(result))
                     return result
                 bound.arguments.update(a)
                 args, kwargs = bound.args, bound.kwargs
         result = f(*args, **kwargs)
-        _charge(_size(result))
+        _charge(_cost(result))
         return result
 
     return filtered
