@@ -10,6 +10,7 @@ sample with no attributes when the lists are empty) with the message's own conte
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from senddock.messages.render import (
     strict_sandbox,
     template_line,
 )
+from senddock.messages.sandbox import RenderStopped, limits
 
 QUERIES = sql.load(__package__, "template_check.sql")
 SAMPLE = 20  # subscribers the template is checked against
@@ -101,7 +103,16 @@ def check_names(
         except TemplateError:
             continue  # a syntax error: compile_message reports it with its line
     shape = CompiledMessage(subject=None, text=None, html=None, from_header="", from_domain="")
-    for rcpt in _sample(conn, list_ids):
+    sample = _sample(conn, list_ids)
+    # Every render of the sample shares one clock: once it is out, the rest end at once.
+    with limits(), contextlib.suppress(RenderStopped):  # the watchdog between two renders
+        _check_sample(templates, shape, sample)
+
+
+def _check_sample(
+    templates: list[tuple[str, Any]], shape: CompiledMessage, sample: list[Recipient]
+) -> None:
+    for rcpt in sample:
         ctx = shape.context(rcpt, "https://example.invalid/u", "https://example.invalid/p")
         for part, template in templates:
             try:

@@ -48,7 +48,7 @@ from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, connection_failed
 from senddock.delivery.state import Claims, Control, Envelope, Lease, Messages, Relays, Tally
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
-from senddock.messages.render import RENDER_SECONDS, reset_clock
+from senddock.messages.sandbox import RENDER_SECONDS, end_render
 from senddock.queue import Job, Outcome
 from senddock.smtp.session import SmtpSession
 
@@ -591,7 +591,7 @@ class Alarm:
         finally:
             cls.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-            reset_clock()
+            end_render()
 
 
 def _prepare(job: Job, message: CompiledMessage) -> bytes | Reply:

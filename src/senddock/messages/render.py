@@ -12,10 +12,7 @@ import functools
 import quopri
 import re
 import secrets
-import string
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.errors import NonASCIILocalPartDefect
@@ -32,176 +29,15 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from senddock.errors import Invalid
 from senddock.messages.html_text import html_to_text
 from senddock.messages.links import Links, Unsubscribe
+from senddock.messages.sandbox import (
+    HARD_SECONDS,
+    RenderStopped,
+    Sandbox,
+    limits,
+)
 
-# What one template may make, so that no template can exhaust a worker or a server thread:
-# a value (a string or list one operation builds), a field width, a rendered part, the time.
-MAX_VALUE = 1_000_000
-MAX_WIDTH = 10_000
-MAX_RENDERED = 4 * 1024 * 1024
-RENDER_SECONDS = 1.0
-_WIDTH = re.compile(r"(\d+)")
-_PRINTF = re.compile(r"%[-#0 +]*(\d*)(?:\.(\d+))?")
-_clock = threading.local()  # .until: the monotonic deadline of the render in progress
-
-
-def _too_big(what: str) -> SecurityError:
-    return SecurityError(f"{what}: a template may not make more than {MAX_VALUE:,} characters")
-
-
-def reset_clock() -> None:
-    """Forget the render in progress (after one was stopped from outside, by an alarm)."""
-    _clock.until = None
-
-
-def _check_time() -> None:
-    until = getattr(_clock, "until", None)
-    if until is not None and time.monotonic() > until:
-        raise SecurityError(f"rendering took longer than {RENDER_SECONDS:g} s")
-
-
-def _check_widths(spec: str, what: str) -> None:
-    for digits in _WIDTH.findall(spec):
-        if len(digits) > 6 or int(digits) > MAX_WIDTH:
-            raise SecurityError(f"{what}: a width of {digits} (at most {MAX_WIDTH:,})")
-
-
-def _check_printf(text: str) -> None:
-    for width, precision in _PRINTF.findall(text):
-        _check_widths(width + " " + precision, "% formatting")
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
-
-
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """Jinja's sandbox, stricter: touching an unsafe attribute fails at once, and nothing a
-    template does may take more than MAX_VALUE characters, MAX_WIDTH of padding, MAX_RENDERED
-    of output or RENDER_SECONDS (checked at every call, attribute, operator and output chunk).
-
-    The stock sandbox renders `{{ x.__class__ }}` as an empty string and fails only one step
-    later; failing at the first step makes every escape attempt a visible template error. It
-    also lets `{{ "a" * 10**9 }}`, `{{ '{:>999999999}'.format(1) }}` and `lipsum(10**6)` run.
-    """
-
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.globals.pop("lipsum", None)  # lipsum(10**6) held a server thread for 140 s
-        self.globals["range"] = _timed(self.globals["range"])
-        self.filters["list"] = _timed(self.filters["list"])
-        for name in ("center", "indent", "wordwrap", "truncate"):
-            self.filters[name] = _width_checked(self.filters[name], name)
-        self.filters["format"] = _format_checked(self.filters["format"])
-        self.filters["replace"] = _replace_checked(self.filters["replace"])
-
-    def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        _check_time()
-        return super().getattr(obj, attribute)
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_time()
-        return super().call(__context, __obj, *args, **kwargs)
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        _check_time()
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if _size(seq) and isinstance(n, int) and _size(seq) * n > MAX_VALUE:
-                    raise _too_big("repetition")
-        elif operator == "**":
-            ints = isinstance(left, int) and isinstance(right, int) and abs(left) > 1
-            if ints and right > 0 and abs(left).bit_length() * right > 64 * 1024:
-                raise SecurityError("a power too large to compute")
-        elif operator == "%" and isinstance(left, str):
-            _check_printf(left)
-        elif operator == "+" and _size(left) + _size(right) > MAX_VALUE:
-            raise _too_big("concatenation")
-        return super().call_binop(context, operator, left, right)
-
-    def wrap_str_format(self, value: Any) -> Any:
-        wrapped = super().wrap_str_format(value)
-        if wrapped is None:
-            return None
-        fmt = str(value.__self__)
-        for _, _, spec, _ in string.Formatter().parse(fmt):
-            if spec:
-                _check_widths(spec, "format()")
-        return wrapped
-
-    @staticmethod
-    def concat(parts: Any) -> str:
-        """The rendered part, refused once it passes MAX_RENDERED characters."""
-        out = []
-        total = 0
-        for part in parts:
-            total += len(part)
-            if total > MAX_RENDERED:
-                raise SecurityError(f"the rendered part passes {MAX_RENDERED // 1024**2} MB")
-            out.append(part)
-        _check_time()
-        return "".join(out)
-
-
-class _Timed(list[Any]):
-    """A list whose iteration looks at the clock: a loop over it, even an empty one nested in
-    another, cannot outlast RENDER_SECONDS."""
-
-    def __iter__(self) -> Iterator[Any]:
-        for i, item in enumerate(super().__iter__()):
-            if not i & 1023:
-                _check_time()
-            yield item
-
-
-def _timed(f: Any) -> Any:
-    @functools.wraps(f)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        return _Timed(f(*args, **kwargs))
-
-    return timed
-
-
-def _width_checked(f: Any, name: str) -> Any:
-    @functools.wraps(f)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        for n in (*args[1:], *kwargs.values()):
-            if isinstance(n, int) and not isinstance(n, bool) and n > MAX_WIDTH:
-                raise SecurityError(f"{name}: a width of {n} (at most {MAX_WIDTH:,})")
-        return f(*args, **kwargs)
-
-    return checked
-
-
-def _format_checked(f: Any) -> Any:
-    @functools.wraps(f)
-    def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_printf(str(value))
-        return f(value, *args, **kwargs)
-
-    return checked
-
-
-def _replace_checked(f: Any) -> Any:
-    @functools.wraps(f)
-    def checked(ctx: Any, value: Any, old: Any, new: Any, count: Any = None) -> Any:
-        text, old, new = str(value), str(old), str(new)
-        times = text.count(old) if old else len(text) + 1
-        if len(text) + times * max(0, len(new) - len(old)) > MAX_VALUE:
-            raise _too_big("replace")
-        return f(ctx, value, old, new, count)
-
-    return checked
-
-
-_TEXT_ENV = _Sandbox(autoescape=False, keep_trailing_newline=True)
-_HTML_ENV = _Sandbox(autoescape=True, keep_trailing_newline=True)
+_TEXT_ENV = Sandbox(autoescape=False, keep_trailing_newline=True)
+_HTML_ENV = Sandbox(autoescape=True, keep_trailing_newline=True)
 
 
 class TemplateProblem(Invalid, ValueError):
@@ -263,25 +99,37 @@ def template_line(tb: TracebackType | None) -> int | None:
     return line
 
 
-def _render(template: Any, ctx: dict[str, Any]) -> str:
-    outer = getattr(_clock, "until", None)
-    if outer is None:
-        _clock.until = time.monotonic() + RENDER_SECONDS
+def _problem(template: Any, exc: BaseException, what: str) -> TemplateProblem:
+    line = template_line(exc.__traceback__)
+    where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
+    return TemplateProblem(f"{where}: {what}", field=PART_FIELDS[template.senddock_part])
+
+
+_STOPPED = f"rendering took longer than {HARD_SECONDS:g} s"
+
+
+def render_limited(template: Any, ctx: dict[str, Any]) -> str:
+    """Render a template of the sandbox within its limits (messages/sandbox.py) inside the
+    caller's `limits()`; a stop from outside, a recursion or a failed allocation becomes the
+    SecurityError that names it."""
     try:
         return str(template.render(ctx))
+    except RenderStopped as exc:
+        raise SecurityError(_STOPPED) from exc
+    except RecursionError as exc:
+        raise SecurityError("macros or loops nested too deeply (a recursive macro?)") from exc
+    except MemoryError as exc:  # a limit we lack; the allocation that failed is gone
+        raise SecurityError("the template needed too much memory") from exc
+
+
+def _render(template: Any, ctx: dict[str, Any]) -> str:
+    """One part of a message (inside `_parts`' limits), or the TemplateProblem naming it."""
+    try:
+        return render_limited(template, ctx)
     except TemplateError as exc:
-        line = template_line(exc.__traceback__)
-        where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
-        raise TemplateProblem(f"{where}: {exc}", field=PART_FIELDS[template.senddock_part]) from exc
+        raise _problem(template, exc, str(exc)) from exc
     except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
-        line = template_line(exc.__traceback__)
-        where = f"{template.senddock_part} template" + (f", line {line}" if line else "")
-        raise TemplateProblem(
-            f"{where}: {type(exc).__name__}: {exc}", field=PART_FIELDS[template.senddock_part]
-        ) from exc
-    finally:
-        if outer is None:
-            _clock.until = None
+        raise _problem(template, exc, f"{type(exc).__name__}: {exc}") from exc
 
 
 def _encode_header(value: str) -> str:
@@ -463,9 +311,13 @@ class CompiledMessage:
         self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
         ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "", self.preferences(rcpt))
-        subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
-        text = _render(self.text, ctx)
-        html = _render(self.html, ctx) if self.html is not None else None
+        try:
+            with limits():  # the parts of one message share one clock and one work count
+                subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
+                text = _render(self.text, ctx)
+                html = _render(self.html, ctx) if self.html is not None else None
+        except RenderStopped as exc:  # the watchdog, just as the last part ended
+            raise TemplateProblem(_STOPPED, field=PART_FIELDS["text"]) from exc
         return subject, text, html
 
     def render(self, rcpt: Recipient, message_id: str) -> bytes:
@@ -590,16 +442,13 @@ def _from_missing_data(exc: BaseException) -> bool:
 
 def strict_sandbox(undefined: type[Undefined], autoescape: bool) -> ImmutableSandboxedEnvironment:
     """The message's sandbox, with its limits, and another kind of undefined (for checks)."""
-    return _Sandbox(undefined=undefined, autoescape=autoescape, keep_trailing_newline=True)
+    return Sandbox(undefined=undefined, autoescape=autoescape, keep_trailing_newline=True)
 
 
 def render_checked(template: Any, ctx: dict[str, Any]) -> str:
-    """Render a template of `strict_sandbox` within RENDER_SECONDS."""
-    outer = getattr(_clock, "until", None)
-    if outer is None:
-        _clock.until = time.monotonic() + RENDER_SECONDS
+    """Render a template of `strict_sandbox` within its limits (or its caller's)."""
     try:
-        return str(template.render(ctx))
-    finally:
-        if outer is None:
-            _clock.until = None
+        with limits():
+            return render_limited(template, ctx)
+    except RenderStopped as exc:  # the watchdog, just as the render ended
+        raise SecurityError(_STOPPED) from exc
