@@ -141,6 +141,8 @@ class PreviewForm(BaseModel):
     html_body: str = ""
     markdown_body: str = ""
     layout: str = ""
+    segment: str = ""
+    filter: str = ""
 
 
 @router.post("/campaigns/preview")
@@ -160,6 +162,8 @@ def campaign_preview(request: Request, form: Annotated[PreviewForm, Form()]) -> 
                 html_body=_lines(form.html_body) or None,
                 markdown_body=_lines(form.markdown_body) or None,
                 layout=form.layout or None,
+                segment=form.segment.strip() or None,
+                audience_filter=form.filter.strip() or None,
             )
         except SendDockError as exc:
             body = f'<p role="alert" style="color:#a00">{escape(exc.message)}</p>'
