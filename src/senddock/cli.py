@@ -1120,9 +1120,11 @@ def lists_show_cmd() -> None:
         for row in lists_api.all_lists(conn):
             opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
             opt += "  public sign-up" if row["public"] else ""
+            # Members whose address is suppressed are in neither count before (issue 35).
+            held = f", {row['suppressed']} suppressed" if row["suppressed"] else ""
             click.echo(
                 f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
-                f" {row['unsubscribed']} unsubscribed, {row['suppressed']} suppressed{opt}"
+                f" {row['unsubscribed']} unsubscribed{held}{opt}"
             )
             for line in (row["description"] or "").splitlines():
                 click.echo(f"  {line}")
