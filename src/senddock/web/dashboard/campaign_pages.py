@@ -189,8 +189,8 @@ def send(request: Request, campaign_id: int) -> Response:
     def go(conn: Conn) -> str:
         _, _, created = campaigns.broadcast(conn, campaign_id)
         # The whole audience, not the first enqueue chunk ("969" of 1,954, issue 35).
-        total = preview_count(conn, campaign_id)
-        said = f"Sending to {plural(total, 'recipient')}." if created else "Already sent."
+        whole = plural(preview_count(conn, campaign_id), "recipient") if created else ""
+        said = f"Sending to {whole}." if created else "Already sent."
         warning = send_warning(conn, lease)
         return f"{said} Note: {warning}." if warning else said
 
