@@ -184,3 +184,20 @@ def test_the_fast_address_check_agrees_with_email_validator(address: str) -> Non
             return "invalid"
 
     assert verdict(normalize) == verdict(_slow)
+
+
+def test_a_short_row_with_a_two_line_name_is_joined_not_refused(conn: Conn, tmp_path: Path) -> None:
+    """A quoted name on two lines in a row that leaves its last columns out (padded, as any
+    short row) is a name, not a runaway quote."""
+    path = tmp_path / "short.csv"
+    path.write_text(
+        'email,name,city,plan\nada@example.com,"Ada\nLovelace"\nbob@example.com,Bob,Paris\n',
+        encoding="utf-8",
+    )
+    report = import_csv(conn, path, "news")
+    assert (report.imported, report.rejected_count) == (2, 0)
+    assert (report.lines.read, report.lines.inside) == (4, 1)
+    assert members(conn, "news") == {
+        "ada@example.com": ("Ada Lovelace", "confirmed"),
+        "bob@example.com": ("Bob", "confirmed"),
+    }

@@ -22,7 +22,7 @@ def test_list_shows_the_newest_limit_and_says_how_many_more(conn: Conn, db_url: 
     shown = senddock(env, "bounces", "list", "--limit", "2")
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert [line.split()[3] for line in lines[:2]] == ["reader4@example.net", "reader3@example.net"]
+    assert [line.split()[4] for line in lines[:2]] == ["reader4@example.net", "reader3@example.net"]
     assert lines[2:] == ["3 more (see --limit)"]
     as_json = senddock(env, "bounces", "list", "--json", "--limit", "4")
     rows = [json.loads(line) for line in as_json.stdout.splitlines()]

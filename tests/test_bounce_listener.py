@@ -33,9 +33,9 @@ def dsn_for(email: str, message_id: str) -> bytes:
 
 
 def store_in(url: str) -> BounceHandler:
-    def store(raw: bytes, address: str) -> Received:
+    def store(raw: bytes, to: list[str]) -> Received:
         with connect(url) as conn:
-            return receive(conn, "smtp", raw, address, PATH, KEY)
+            return receive(conn, "smtp", raw, to, PATH, KEY)
 
     return BounceHandler(PATH, store)
 

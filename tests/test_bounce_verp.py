@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 
-from senddock.bounces.verp import ReturnPath, message_id_names
+from senddock.bounces.verp import ReturnPath
+from senddock.messages.message_id import key_pads, names, token
 
 KEY = b"k" * 32
 BIG = 2**63 - 1
@@ -54,7 +58,26 @@ def test_a_bad_setting_is_refused(bad: str) -> None:
         ReturnPath.parse(bad)
 
 
-def test_our_message_id_names_broadcast_and_subscriber() -> None:
-    assert message_id_names("<sd.42.7.Ab3x@news.example.org>") == (42, 7)
-    assert message_id_names("<20261202.A27@relay.example>") is None
-    assert message_id_names("") is None
+def test_our_message_id_names_its_job_only_with_that_job_s_token() -> None:
+    mine = f"<sd.42.7.{token(KEY, 42, 7)}@news.example.org>"
+    assert names(KEY, mine) == (42, 7)
+    assert names(KEY, mine.upper().replace("<SD.", "<sd.")) == (42, 7)  # a relay's case
+    forged = [
+        mine.replace(".7.", ".8."),  # another subscriber, the same token
+        mine.replace(".42.", ".042."),
+        f"<sd.42.7.{token(b'another key', 42, 7)}@news.example.org>",
+        f"<sd.42.7.{token(KEY, 42, 7)[:31]}@news.example.org>",
+        "<sd.42.7.1a2b3c4d@news.example.org>",  # before migration 0028: one token a broadcast
+        "<20261202.A27@relay.example>",
+        "",
+    ]
+    for message_id in forged:
+        assert names(KEY, message_id) is None, message_id
+
+
+def test_the_padded_keys_make_hmac_sha256() -> None:
+    for key in (KEY, b"k", b"x" * 64, b"y" * 100):
+        ikey, okey = key_pads(key)
+        inner = hashlib.sha256(ikey + b"42.7").digest()
+        want = hmac.new(key, b"42.7", hashlib.sha256).digest()
+        assert hashlib.sha256(okey + inner).digest() == want

@@ -377,19 +377,22 @@ def test_import_counts_subscribers_apart_from_rows_merged_by_case(
     done = senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(path), "--list", "n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "imported 992 rows into 'n': 991 subscribers, 1 duplicate row merged; rejected 0 rows"
+        "imported 992 rows into 'n': 991 subscribers (991 new), 1 duplicate row merged;"
+        " rejected 0 rows; 993 lines: 1 header + 992 imported + 0 rejected"
     )
     counted = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
     assert counted == {"n": 991}
 
 
-def test_a_semicolon_delimited_csv_gets_a_hint_not_just_no_email_column(
-    db_url: str, tmp_path: Path
+def test_a_semicolon_delimited_csv_is_read_by_its_header(
+    db_url: str, conn: Conn, tmp_path: Path
 ) -> None:
     path = tmp_path / "excel.csv"
-    path.write_text("Email;Name\nada@example.org;Ada\n")
+    path.write_text("Email;Name\nada@example.org;Ada, Countess\n")
     done = senddock(worker_env(db_url, NO_SMTP), "subscribers", "import", str(path), "--list", "n")
-    one_line_error(done, "no 'email' column", "looks ';'-delimited", "comma-separated")
+    assert done.returncode == 0, done.stderr
+    row = conn.execute("SELECT email, name FROM subscribers").fetchone()
+    assert row == {"email": "ada@example.org", "name": "Ada, Countess"}
     plain = tmp_path / "plain.csv"
     plain.write_text("name\nAda\n")
     line = one_line_error(

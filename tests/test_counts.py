@@ -98,7 +98,9 @@ SELECT broadcast_id, count(*) AS total,
        count(*) FILTER (WHERE failure = 'bounced') AS bounced,
        count(*) FILTER (WHERE failure = 'suppressed') AS suppressed,
        count(*) FILTER (WHERE failure = 'exhausted') AS exhausted,
-       count(*) FILTER (WHERE failure = 'rejected') AS rejected
+       count(*) FILTER (WHERE failure = 'rejected') AS rejected,
+       count(*) FILTER (WHERE status IN ('pending', 'sending', 'retry', 'unconfirmed'))
+           AS unfinished
 FROM broadcast_jobs GROUP BY broadcast_id
 """
 

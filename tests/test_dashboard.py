@@ -187,6 +187,7 @@ def test_campaign_streams_push_exact_counts(server: Server, conn: Conn) -> None:
             {
                 "id": cid,
                 "status": "sending",
+                "state": "sending",
                 "total": 3,
                 "sent": 1,
                 "failed": 0,

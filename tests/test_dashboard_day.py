@@ -180,10 +180,12 @@ def test_the_subscriber_page_shows_their_messages_and_bounces_a_page_at_a_time(
         page = http.get(f"/subscribers/{sid}").text
         history = page.split('id="history"', 1)[1].split("</table>", 1)[0]
         assert "Hiver à Zürich" in history and 'data-status="sent"' in history
+        assert "later: soft (mailboxfull)" in history  # the job's reason (0027)
         assert str(job["last_code"]) == "250" and "250" in history
         bounces = page.split('id="bounces"', 1)[1].split("</table>", 1)[0]
         assert bounces.count("<tr>") == 1 + 50  # the header row and a page of 50
         assert "soft" in bounces and "Hiver à Zürich" in bounces
+        assert bounces.count("<td>mailboxfull</td>") == 50  # each report's reason
         assert f"/subscribers/{sid}?hpage=1&amp;bpage=2" in page
         second = http.get(f"/subscribers/{sid}?bpage=2").text
         rest = second.split('id="bounces"', 1)[1].split("</table>", 1)[0]

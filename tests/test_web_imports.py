@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from senddock.web import auth
 from support import Conn, wait_until
+from test_dashboard import EMAIL, PASSWORD, logged_in
 from web_support import ServerFactory, make_token, servers
 
 
@@ -72,3 +74,52 @@ def test_a_header_naming_a_column_twice_is_refused_naming_it(
     assert job["error"] == "the file: the header row names the column 'city' twice"
     row = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
     assert row is not None and row["n"] == 0
+
+
+def test_a_runaway_quote_fails_the_job_naming_its_line_and_imports_nothing(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    """As `subscribers import` refuses it (tests/test_import_exports.py): the upload's job
+    fails with the line, and not one row of the file is imported. Fails without the fix:
+    the job was `done`: Ada imported, the other 101 rows lost as one rejected row."""
+    server = serve(workers=False)
+    rows = [b"email,name", b"ada@example.org,Ada", b'bob@example.org,"Bob']
+    rows += [b"user%d@example.org,User %d" % (i, i) for i in range(100)]
+    with server.client(make_token(db_url)) as c:
+        job = run_import(c, b"\r\n".join(rows) + b"\r\n")
+    assert job["status"] == "failed", job
+    assert job["error"].startswith("the file:3: a quote opened in this row"), job
+    assert job["error"].endswith("nothing was imported"), job
+    assert (job["rows_read"], job["imported"], job["rejected"]) == (0, 0, 0)
+    row = conn.execute("SELECT count(*) AS n FROM subscribers").fetchone()
+    assert row is not None and row["n"] == 0
+
+
+def test_the_dashboard_upload_of_a_runaway_quote_shows_the_line_and_imports_nothing(
+    db_url: str, conn: Conn, serve: ServerFactory
+) -> None:
+    """The dashboard's upload is the same job: its page shows the refusal. Fails without
+    the fix: the job ended `done` with Ada imported."""
+    server = serve(workers=False)
+    auth.create_admin(conn, EMAIL, PASSWORD)
+    data = b'email,name\nada@example.org,Ada\nbob@example.org,"Bob\ncy@example.org,Cy\n'
+    with logged_in(server) as (http, csrf):
+        r = http.post(
+            "/lists/import",
+            data={"csrf": csrf, "list_name": "news"},
+            files={"file": ("people.csv", data, "text/csv")},
+        )
+        assert r.status_code == 303, r.text
+        job = int(r.headers["location"].rsplit("/", 1)[1])
+
+        def ended() -> bool:
+            row = conn.execute("SELECT status FROM import_jobs WHERE id = %s", (job,)).fetchone()
+            return row is not None and row["status"] in ("done", "failed")
+
+        assert wait_until(ended, timeout=60, every=0.1)
+        page = http.get(f"/imports/{job}").text
+    assert "the file:3: a quote opened in this row" in page, page
+    assert "nothing was imported" in page
+    row = conn.execute("SELECT status, imported FROM import_jobs WHERE id = %s", (job,)).fetchone()
+    assert row == {"status": "failed", "imported": 0}
+    assert conn.execute("SELECT count(*) AS n FROM subscribers").fetchone() == {"n": 0}

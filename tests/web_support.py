@@ -81,9 +81,10 @@ def start_server(
     env: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
     timeout: float = 60.0,
+    port: int | None = None,
 ) -> Server:
-    """Start `senddock serve --port <free>` and wait until /healthz answers."""
-    port = free_port()
+    """Start `senddock serve --port <free, or port>` and wait until /healthz answers."""
+    port = port or free_port()
     full_env = worker_env(db_url, smtp_url, **(env or {}))
     log = Path(tempfile.mkstemp(prefix="senddock-serve-", suffix=".log")[1])
     cmd = [sys.executable, "-m", "senddock", "-v", "serve", "--port", str(port), *args]

@@ -33,6 +33,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_list
 from senddock.bounces import store as bounce_store
+from senddock.bounces.classify import KIND as BOUNCE_REASONS
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
 from senddock.campaigns.recipients import COLUMNS
@@ -96,6 +97,8 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
         conn = connect(url)
     except psycopg.OperationalError as exc:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {_first_line(exc)}") from exc
     except Exception as exc:  # the embedded server failed to start
         raise Fail(f"cannot start the embedded database: {_first_line(exc)}") from exc
     try:
@@ -116,6 +119,8 @@ def current_database(s: Settings) -> str:
             check_current(conn)
     except psycopg.OperationalError as exc:
         raise Fail(f"cannot reach the database: {_first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {_first_line(exc)}") from exc
     except SendDockError:  # the schema is not current: main() says so
         raise
     except Exception as exc:  # the embedded server failed to start
@@ -205,12 +210,26 @@ def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+# The settings whose values may carry a password: never printed, in a log line or an error.
+SECRET_URLS = ("SENDDOCK_DATABASE_URL", "SENDDOCK_SMTP_URL")
+
+
+def _secret(text: str) -> str:
+    """`text` with the passwords of the configured URLs (and of any URL in it) hidden."""
+    return config.redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
+
+
+class _Redacting(logging.Formatter):
+    """Log lines, tracebacks included, with every password replaced by ***."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _secret(super().format(record))
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if verbose:  # our own details, tracebacks included (they are logged at DEBUG)
         logging.getLogger("senddock").setLevel(logging.DEBUG)
 
@@ -277,9 +296,20 @@ def import_cmd(file: Path, list_name: str) -> None:
     suppressed = f", {blocked} blocklisted in listmonk and suppressed" if blocked else ""
     click.echo(
         f"imported {plural(report.imported, 'row')} into {list_name!r}:"
-        f" {plural(report.addresses, 'subscriber')}{merged}{suppressed};"
-        f" rejected {plural(report.rejected_count, 'row')}"
+        f" {plural(report.addresses, 'subscriber')} ({report.created} new){merged}{suppressed};"
+        f" rejected {plural(report.rejected_count, 'row')}; {_lines_read(report)}"
     )
+
+
+def _lines_read(report: audience.ImportReport) -> str:
+    """Every line of the file accounted for: `N lines: 1 header + imported + rejected …`."""
+    lines = report.lines
+    parts = ["1 header", f"{report.imported} imported", f"{report.rejected_count} rejected"]
+    if lines.blank:
+        parts.append(f"{lines.blank} blank")
+    if lines.inside:
+        parts.append(f"{lines.inside} inside quoted fields")
+    return f"{plural(lines.read, 'line')}: {' + '.join(parts)}"
 
 
 @cli.group()
@@ -380,8 +410,9 @@ def status_cmd(campaign_id: int, as_json: bool, watch: bool) -> None:
     """Exact counts, read from the queue."""
     if watch and as_json:
         raise click.UsageError("--watch and --json do not go together")
+    lease = settings().lease_seconds
     with db() as conn:
-        st = campaigns.status(conn, campaign_id)
+        st = campaigns.status(conn, campaign_id, lease)
         if watch:
             st = _watch(conn, campaign_id, st)
     if as_json:
@@ -405,7 +436,7 @@ def _settled(st: dict[str, Any]) -> bool:
 
 def _status_lines(st: dict[str, Any]) -> list[str]:
     """`campaign status` as text: a headline, the counts, then why it waits or stopped."""
-    head = f"campaign {st['id']} {st['name']!r}: {st['status']}"
+    head = f"campaign {st['id']} {st['name']!r}: {st['state']}"
     if st["status"] == "cancelled" and st["broadcast_id"] is not None:
         head += (
             f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
@@ -422,6 +453,11 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
         " rejected {rejected})  cancelled {cancelled}  unconfirmed {unconfirmed}".format(**st),
     ]
+    if st["no_live_worker"]:
+        lines.append(
+            "  no live worker: nothing is being sent; start `senddock worker` (jobs a dead"
+            " worker held are rescued once one runs)"
+        )
     if st["unconfirmed"]:
         lines.append(
             f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
@@ -479,7 +515,7 @@ def _watch(
         with Live(view(st), console=console, auto_refresh=False) as live:
             while not _settled(st):
                 time.sleep(1.0)
-                st = campaigns.status(conn, campaign_id)
+                st = campaigns.status(conn, campaign_id, settings().lease_seconds)
                 live.update(view(st), refresh=True)
     except KeyboardInterrupt:
         pass
@@ -520,11 +556,12 @@ def cancel_cmd(campaign_id: int) -> None:
 @cli.command("workers", epilog=epilog(*DB))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def workers_cmd(as_json: bool) -> None:
-    """Live workers: last heartbeat (database clock) and the jobs each holds."""
+    """Registered workers: health, last heartbeat (database clock) and the jobs each holds."""
     from senddock.delivery.rescuer import list_workers
 
+    lease = settings().lease_seconds
     with db() as conn:
-        rows = list_workers(conn)
+        rows = list_workers(conn, lease)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -532,9 +569,14 @@ def workers_cmd(as_json: bool) -> None:
         click.echo("no workers registered")
     for w in rows:
         click.echo(
-            f"worker {w['id']}  {w['host']} pid {w['pid']}  senders {w['concurrency']}"
-            f"  heartbeat {w['heartbeat_age']:.1f}s ago  holding {plural(w['holding'], 'job')}"
-            + ("  (stopping)" if w["stopping"] else "")
+            f"worker {w['id']}  {w['health']}  {w['host']} pid {w['pid']}"
+            f"  senders {w['concurrency']}  heartbeat {w['heartbeat_age']:.1f}s ago"
+            f"  holding {plural(w['holding'], 'job')}"
+            + (
+                f"  (silent past the {lease:g} s lease: a live worker rescues its jobs)"
+                if w["health"] == "dead"
+                else ""
+            )
         )
 
 
@@ -724,7 +766,8 @@ def suppressions_list_cmd(reason: str | None) -> None:
     with db() as conn:
         for r in suppressions.rows(conn, reason):
             when = r["created_at"].strftime("%Y-%m-%d %H:%M")
-            click.echo(f"{r['email']}  {r['reason']}  {when}  {r['detail']}".rstrip())
+            why = f"{r['reason']} ({r['bounce_reason']})" if r["bounce_reason"] else r["reason"]
+            click.echo(f"{r['email']}  {why}  {when}  {r['detail']}".rstrip())
 
 
 @suppressions_group.command("add", epilog=epilog(*DB))
@@ -862,7 +905,7 @@ def list_cmd(as_json: bool, archived: bool) -> None:
     )
     for r in rows:
         click.echo(
-            f"{r['id']:>6}  {r['status']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
+            f"{r['id']:>6}  {r['state']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
             f"  {r['cancelled']:>9}  {r['created_at']:%Y-%m-%d %H:%M}  {r['name']}"
         )
 
@@ -1422,7 +1465,8 @@ def bounces_parse(files: tuple[str, ...]) -> None:
     """Print what each returned message says, one JSON object per recipient found.
 
     Keys: file, recipient (as found), kind (hard, soft, policy, complaint, or none for a file
-    with no bounce in it), status (5.1.1), reply (550), diagnostic. Reads files only.
+    with no bounce in it), reason (userunknown, mailboxfull, blocked, feedback, …; the kind
+    follows from it), status (5.1.1), reply (550), diagnostic. Reads files only.
     """
     from senddock.bounces.parse import parse, read_capped, records
 
@@ -1447,12 +1491,12 @@ class TempFail(Fail):
 
 def _bounce_store(
     s: Settings, url: str, source: str
-) -> Callable[[bytes, str | None], bounce_store.Received]:
+) -> Callable[[bytes, bounce_store.Recipients], bounce_store.Received]:
     """Store and apply one returned message (one transaction each), with the link key."""
     path = ReturnPath.parse(s.bounce_domain) if s.bounce_domain else None
     soft = effects.SoftLimit(s.soft_bounce_limit, s.soft_bounce_days)
 
-    def store(raw: bytes, to: str | None) -> bounce_store.Received:
+    def store(raw: bytes, to: bounce_store.Recipients) -> bounce_store.Received:
         with connect(url) as conn:
             key = compose.link_key(conn, s)
             return bounce_store.receive(conn, source, raw, to, path, key, soft)
@@ -1515,7 +1559,10 @@ def bounces_serve(host: str, port: int) -> None:
         raise Fail("set SENDDOCK_BOUNCE_DOMAIN: the listener takes mail only for it")
     url = current_database(s)
     store = _bounce_store(s, url, "smtp")
-    listener = BounceListener(BounceHandler(ReturnPath.parse(s.bounce_domain), store), host, port)
+    handler = BounceHandler(
+        ReturnPath.parse(s.bounce_domain), store, per_minute=s.bounce_per_minute
+    )
+    listener = BounceListener(handler, host, port)
     try:
         listener.start()
     except Exception as exc:
@@ -1563,19 +1610,28 @@ def bounces_poll(once: bool, every: float) -> None:
 @click.option(
     "--kind", type=click.Choice(["hard", "soft", "policy", "complaint"]), help="Only this kind."
 )
+@click.option(
+    "--reason",
+    type=click.Choice(sorted(BOUNCE_REASONS)),
+    help="Only this reason (userunknown, mailboxfull, blocked, …).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
 @click.option(
     "--limit", default=100, show_default=True, type=click.IntRange(1), help="At most N findings."
 )
-def bounces_list(campaign: int | None, kind: str | None, as_json: bool, limit: int) -> None:
-    """The findings recorded, newest first, with their message's state; unmatched ones too.
+def bounces_list(
+    campaign: int | None, kind: str | None, reason: str | None, as_json: bool, limit: int
+) -> None:
+    """The findings recorded, newest first, with their reason and their message's state;
+    unmatched ones too.
 
     Shows the newest --limit; says how many more there are (on stderr with --json)."""
     from senddock.bounces.store import findings
 
     with db() as conn:
-        rows, more = findings(conn, campaign, kind, limit)
-        at_send = bounced_at_send(conn, campaign) if kind in (None, "hard") else {}
+        rows, more = findings(conn, campaign, kind, limit, reason)
+        bare = kind in (None, "hard") and reason is None
+        at_send = bounced_at_send(conn, campaign) if bare else {}
     for r in rows:
         if as_json:
             click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
@@ -1586,7 +1642,8 @@ def bounces_list(campaign: int | None, kind: str | None, as_json: bool, limit: i
             else "unmatched"
         )
         click.echo(
-            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['recipient'] or '-'} "
+            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['reason'] or '-':<15} "
+            f"{r['recipient'] or '-'} "
             f"{r['status'] or '-'} {about} (message {r['message']}: {r['state']}, {r['source']})"
         )
     if not as_json and not rows:
@@ -1701,15 +1758,16 @@ def main() -> None:
     except click.ClickException as exc:
         if exc.__cause__ is not None:  # shown with -v: what the one line below summarises
             log.debug("the cause of the error below", exc_info=exc.__cause__)
-        click.echo(f"senddock: error: {' '.join(exc.format_message().split())}", err=True)
+        click.echo(f"senddock: error: {_secret(' '.join(exc.format_message().split()))}", err=True)
         sys.exit(exc.exit_code)
     except SendDockError as exc:  # what a service refused, with the reason, on one line
         log.debug("the error below", exc_info=exc)
-        click.echo(f"senddock: error: {exc.message}", err=True)
+        click.echo(f"senddock: error: {_secret(exc.message)}", err=True)
         sys.exit(1)
     except Exception as exc:  # the last guard: one line, and a traceback only with -v
         log.debug("unexpected error", exc_info=True)
         click.echo(
-            f"senddock: internal error: {_first_line(exc)} (run with -v for details)", err=True
+            f"senddock: internal error: {_secret(_first_line(exc))} (run with -v for details)",
+            err=True,
         )
         sys.exit(1)

@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     # This many soft bounces (distinct messages) within this many days suppress an address.
     soft_bounce_limit: int = Field(default=3, ge=1)
     soft_bounce_days: int = Field(default=30, ge=1)
+    # A returned message's or event's bytes are kept this many days (0: forever); its findings
+    # and their effects stay. `bounces serve` takes at most this many messages a minute from
+    # one client address (451 past them: a relay tries again later).
+    bounce_raw_days: int = Field(default=30, ge=0)
+    bounce_per_minute: int = Field(default=300, ge=1)
 
     @functools.cached_property
     def proxies(self) -> list[str]:
@@ -213,7 +218,9 @@ class SmtpTarget:
     def _parse_one(cls, url: str) -> SmtpTarget:
         parts = urlsplit(url)
         if parts.scheme not in ("smtp", "smtps"):
-            raise ValueError(f"SMTP URL must start with smtp:// or smtps://, got {url!r}")
+            raise ValueError(
+                f"SMTP URL must start with smtp:// or smtps://, got {hide_password(url)!r}"
+            )
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - _URL_PARAMS)
         if unknown:
@@ -264,20 +271,40 @@ def _redacted(parts: SplitResult) -> str:
     return f"{parts.scheme}://{netloc}"
 
 
-_PASSWORD_KEYWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+# Where a password sits: `scheme://user:PASSWORD@host` (to the last `@` of the URL, so a raw
+# `@` or `/` in it is hidden too, even where urlsplit fails), `?password=` or `&password=`, and
+# libpq's `password=` keyword (quoted or not).
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#\s\"']*:)(?P<pw>[^\s\"']*)@")
+_KEYWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|[^\s&#\"']+)")
 
 
 def hide_password(url: str) -> str:
-    """A database URL or libpq keyword string with its password replaced by ***."""
-    if "://" not in url:
-        return _PASSWORD_KEYWORD.sub(r"\1***", url)
-    base, mark, query = url.partition("?")
-    query = re.sub(r"((?:^|&)password=)[^&#]*", r"\1***", query)  # ?password=...
-    netloc = urlsplit(base).netloc
-    if ":" in netloc.rpartition("@")[0]:  # user:password@host
-        user = netloc.rpartition("@")[0].partition(":")[0]
-        base = base.replace(netloc, f"{user}:***@{netloc.rpartition('@')[2]}", 1)
-    return base + mark + query
+    """A database or SMTP URL, or libpq keyword string, with its password replaced by ***."""
+    url = _USERINFO.sub(r"\g<head>***@", url)
+    return _KEYWORD.sub(r"\g<head>***", url)
+
+
+def passwords(url: str) -> list[str]:
+    """The passwords a URL or libpq keyword string carries, as written and decoded."""
+    found = [m["pw"] for m in _USERINFO.finditer(url)]
+    found += [m["pw"].strip("'") for m in _KEYWORD.finditer(url)]
+    found += [unquote(pw) for pw in found]
+    return sorted({pw for pw in found if pw}, key=len, reverse=True)
+
+
+def redact(text: str, *urls: str) -> str:
+    """`text` (an error message, a log line) with every password of `urls`, and any password
+    in a URL it quotes, replaced by ***."""
+    for url in urls:
+        for pw in passwords(url):
+            if len(pw) >= MIN_LITERAL:
+                text = text.replace(pw, "***")
+    return hide_password(text)
+
+
+# A password shorter than this is hidden where it stands in a URL or keyword string, not
+# wherever its letters occur (a one-letter password would turn every message into stars).
+MIN_LITERAL = 3
 
 
 def describe(settings: Settings) -> list[tuple[str, str]]:

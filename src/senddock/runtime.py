@@ -6,7 +6,8 @@ broadcast's message, and a maintainer (delivery/maintainer.py) that runs its dut
 
   rescuer    delivery/rescuer.py    rescue what dead peers held          a third of a lease
   finisher   delivery/worker.py     mark finished broadcasts             a third of a lease
-  cleaner    delivery/cleaner.py    retention: freeze counts, purge      every 60 s
+  cleaner    delivery/cleaner.py    retention: freeze counts, purge;     every 60 s
+                                    bounces' bytes past their days
   scheduler  here                   enqueue the due scheduled campaigns  a third of a lease
   enqueuer   here (PARTS of them)   carry broadcasts being enqueued      at once, or on NOTIFY
   imports    here                   run and resume the HTTP imports      a chunk at a time
@@ -144,7 +145,7 @@ def build_worker(
     hold = settings.unconfirmed == "hold"
     duties.add(Rescuer(worker.lease, worker.ident, control.wake, period, hold=hold))
     duties.add(Finisher(period))
-    duties.add(Cleaner(settings.retention_days))
+    duties.add(Cleaner(settings.retention_days, raw_days=settings.bounce_raw_days))
     # Every worker also runs the scheduler; SKIP LOCKED makes exactly one enqueue.
     duties.add(Scheduler(period, control.wake))
     # Broadcasts still being enqueued: their next chunks, PARTS at a time (broadcast.py).

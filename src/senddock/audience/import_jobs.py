@@ -59,7 +59,7 @@ class _Running:
     job_id: int
     list_id: int
     reader: RowReader
-    handle: io.TextIOWrapper
+    handle: io.TextIOBase
     kept: int  # rejected lines kept on the job so far
 
 

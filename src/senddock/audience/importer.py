@@ -24,6 +24,8 @@ import io
 import itertools
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,8 +54,17 @@ QUERIES = sql.load(__package__, "importer.sql")
 
 
 class UnreadableFile(Invalid, OSError):
-    """The CSV cannot be read at all (missing, not text, no header, no email column): 422,
-    about the uploaded `file`."""
+    """The CSV cannot be imported whole (missing, not text, no header, no email column, a
+    runaway quote): nothing of it is imported; 422, about the uploaded `file`."""
+
+
+@dataclass
+class Lines:
+    """What a read of the file has met so far, by physical line."""
+
+    read: int = 0  # lines, the header's included
+    blank: int = 0  # empty lines (not rows)
+    inside: int = 0  # lines inside a quoted field, past the first line of its row
 
 
 @dataclass
@@ -62,7 +73,9 @@ class ImportReport:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     rejected_count: int = 0
     addresses: int = 0  # distinct addresses among them (case-insensitive): subscribers
+    created: int = 0  # of those, subscribers that did not exist before
     blocklisted: int = 0  # listmonk rows marked blocklisted: imported and suppressed
+    lines: Lines = field(default_factory=Lines)  # every line of the file, accounted for
 
     @property
     def merged(self) -> int:
@@ -81,22 +94,138 @@ Reject = Callable[[int, str], None]
 MAX_FIELD = 64 * 1024
 MAX_DEPTH = 32  # psycopg and json cannot load a JSON value nested ~1,000 levels deep
 csv.field_size_limit(2**31 - 1)
+LINE_BREAK = re.compile(r"\s*[\r\n]+\s*")
 NOT_UTF8 = re.compile("[\udc80-\udcff]")  # what errors="surrogateescape" makes of bad bytes
 
 Row = list[str] | str  # the fields, or why the row cannot be read
 
+# The header names an email column takes (case ignored): ours, Mailchimp's `Email Address`,
+# and what spreadsheets and other tools write. Likewise a first and a last name (Mailchimp,
+# Google Contacts) make the name when there is no `name` column.
+EMAIL_NAMES = frozenset(
+    {"email", "e-mail", "email address", "e-mail address", "mail", "email_address"}
+)
+FIRST_NAMES = frozenset({"first name", "firstname", "first_name", "given name"})
+LAST_NAMES = frozenset({"last name", "lastname", "last_name", "family name", "surname"})
+# Delimiters a header is tried with, in order: Excel writes ';' in many locales.
+DELIMITERS = (",", ";", "\t")
 
-def _open(path: Path) -> io.TextIOWrapper:
+# A quoted field may hold a line break (a two-line name, an address); a quote left open
+# instead swallows the rows after it as one field (issue 35: 1,900 rows of a 2,000-row file
+# vanished into one "name"). A field that spans lines is a runaway, and the file is refused
+# whole, when a line inside it looks like a row of its own (an address cell next to a
+# delimiter), when it spans more than MAX_SPAN lines or MAX_FIELD characters, when the row
+# it makes has another number of fields than the header, or when the file ends inside it.
+MAX_SPAN = 20
+_CELL = r'[^\s@",;<>]+@[^\s@",;<>]+\.[^\s@",;<>]+'
+ROW_SHAPED = re.compile(rf'(?:^|[,;\t])\s*"?{_CELL}"?\s*(?:[,;\t]|$)')
+
+
+class RunawayQuote(UnreadableFile):
+    """A quote opened in one row is never closed where it should be: the file is refused
+    whole, naming the row's line and the lines the open quote runs over."""
+
+
+class _Physical:
+    """The file's lines for the csv reader, each also kept on `seen` until the row that
+    takes it is read; `ended` once the reader has asked past the last one."""
+
+    def __init__(self, handle: io.TextIOBase) -> None:
+        self._lines = iter(handle)
+        self.seen: list[str] = []
+        self.ended = False
+
+    def __iter__(self) -> _Physical:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            line = next(self._lines)
+        except StopIteration:
+            self.ended = True
+            raise
+        self.seen.append(line)
+        return line
+
+
+def _ends_quoted(text: str, delimiter: str) -> bool:
+    """Whether `text` (a row's lines) ends inside a quoted field, as the csv module reads it
+    (not strict: a character after a closing quote joins the field)."""
+    quoted = after = False
+    start = True
+    for ch in text:
+        if quoted:
+            if ch == '"':
+                quoted, after = False, True
+        elif after and ch == '"':
+            quoted, after = True, False  # a doubled quote: still inside
+        elif ch == delimiter or ch in "\r\n":
+            start, after = True, False
+        elif start and ch == '"':
+            quoted, start = True, False
+        else:
+            start = after = False
+    return quoted
+
+
+def _runaway(
+    where: str, line: int, seen: list[str], delimiter: str, at_end: bool, ragged: bool
+) -> str | None:
+    """Why the row of `seen` (its physical lines, starting at `line`; `ragged` if an open
+    quote made it of the wrong width) is a runaway quote, or None if it is not one."""
+    last = line + len(seen) - 1
+    span = f"line {line}" if last == line else f"lines {line}-{last}"
+    if at_end and _ends_quoted("".join(seen), delimiter):
+        why = f"is never closed: {span}, to the end of the file, would be one field"
+    elif len(seen) < 2:
+        return None
+    else:
+        size = sum(len(text) for text in seen)
+        # Inside the field: the lines after the first, the last one up to its first quote
+        # (after the quote that closes the field, a row's next cells follow, its address too).
+        inside = [*seen[1:-1], seen[-1].split('"', 1)[0]]
+        shaped = next((i for i, text in enumerate(inside, 1) if ROW_SHAPED.search(text)), 0)
+        if shaped:
+            why = f"runs over {span}, and line {line + shaped} looks like a row of its own"
+        elif len(seen) > MAX_SPAN or size > MAX_FIELD:
+            why = f"runs over {span} ({size} characters) in one field"
+        elif ragged:  # the quote took a delimiter or a line's end for text
+            why = f"runs over {span}, and the row it makes has not the header's columns"
+        else:
+            return None
+    return (
+        f"{where}:{line}: a quote opened in this row {why}; close the quote (one inside a"
+        ' quoted field is written "") and import again; nothing was imported'
+    )
+
+
+def _open(path: Path) -> io.TextIOBase:
+    """The file as text, seekable (it is read twice: checked whole, then imported)."""
     try:
-        return path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")
+        handle = path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}", field="file") from exc
+    if handle.seekable():
+        return handle
+    with handle:  # a pipe: kept in a temporary file, which the caller closes
+        spool = tempfile.TemporaryFile(  # noqa: SIM115
+            "w+", newline="", encoding="utf-8", errors="surrogateescape"
+        )
+        shutil.copyfileobj(handle, spool)
+    spool.seek(0)
+    return spool
 
 
-def _rows(handle: io.TextIOWrapper) -> Iterator[tuple[int, Row]]:
-    """(line the row starts on, fields or why not) for every non-blank row."""
-    reader = csv.reader(handle)
+def _rows(
+    handle: io.TextIOBase, delimiter: str, lines: Lines, where: str
+) -> Iterator[tuple[int, Row]]:
+    """(line the row starts on, fields or why not) for every non-blank row; RunawayQuote if
+    a quote runs away (see ROW_SHAPED)."""
+    physical = _Physical(handle)
+    seen = physical.seen
+    reader = csv.reader(physical, delimiter=delimiter)
     line = 1
+    width = 0  # the header's fields
     while True:
         try:
             row: Row = next(reader)
@@ -104,19 +233,52 @@ def _rows(handle: io.TextIOWrapper) -> Iterator[tuple[int, Row]]:
             return
         except csv.Error as exc:
             row = f"cannot be read as CSV: {exc}"
+        lines.read += len(seen)
+        at_end = physical.ended  # the row was cut off by the end of the file
+        # A row of the wrong width whose multi-line field holds a delimiter: the open quote
+        # took delimiters and line ends for text (a short row alone is padded, not this).
+        ragged = isinstance(row, str) or (
+            len(row) != width and any(delimiter in f and LINE_BREAK.search(f) for f in row)
+        )
+        suspect = bool(seen) and (len(seen) > 1 or at_end) and width > 0
+        why = _runaway(where, line, seen, delimiter, at_end, ragged) if suspect else None
+        if why is not None:
+            raise RunawayQuote(why, field="file")
+        if not width and row and not isinstance(row, str):
+            width = len(row)
+        lines.inside += max(0, len(seen) - 1)
         if row:
             yield line, row
-        line = reader.line_num + 1
+        else:
+            lines.blank += 1
+        line += len(seen)
+        seen.clear()
+
+
+def _field_name(text: str) -> str:
+    """A header cell as a column name: BOM, spaces and case off; an email alias is `email`."""
+    name = text.replace("\ufeff", "").strip().lower()
+    return "email" if name in EMAIL_NAMES else name
+
+
+def _delimiter(handle: io.TextIOBase) -> str:
+    """The delimiter under which the header row has an email column (',' if none has)."""
+    first = handle.readline()
+    handle.seek(0)
+    for delimiter in DELIMITERS:
+        fields = next(csv.reader([first], delimiter=delimiter), [])
+        if "email" in (_field_name(f) for f in fields):
+            return delimiter
+    return ","
 
 
 def _header(path: Path, rows: Iterator[tuple[int, Row]]) -> list[str]:
     first = next(rows, None)
     if first is not None and isinstance(first[1], str):
         raise UnreadableFile(f"{path}: the header row {first[1]}", field="file")
-    fields = [f.strip().lower() for f in first[1]] if first else []
+    fields = [_field_name(f) for f in first[1]] if first else []
     if "email" not in fields:
-        hint = _delimiter_hint(list(first[1])) if first else ""
-        raise UnreadableFile(f"{path}: the header row has no 'email' column{hint}", field="file")
+        raise UnreadableFile(f"{path}: the header row has no 'email' column", field="file")
     named = [f for f in fields if f]
     twice = next((f for i, f in enumerate(named) if f in named[:i]), None)
     if twice is not None:
@@ -148,23 +310,6 @@ def _depth(text: str) -> int:
     return deepest
 
 
-# Delimiters spreadsheets write instead of commas (Excel in many locales writes ';').
-_OTHER_DELIMITERS = {";": "';'", "\t": "tab", "|": "'|'"}
-
-
-def _delimiter_hint(header: list[str]) -> str:
-    """Why a header that has an email column under another delimiter has none, or ''."""
-    line = ",".join(header)
-    for delimiter, name in _OTHER_DELIMITERS.items():
-        fields = [f.strip().strip('"').lower() for f in line.split(delimiter)]
-        if "email" in fields:
-            return (
-                f"; the file looks {name}-delimited: save it as comma-separated CSV"
-                " (in a spreadsheet: Save as CSV, field delimiter ',')"
-            )
-    return ""
-
-
 # Go's time.Time.String(), what listmonk writes: `2024-03-05 10:11:12.123456789 +0000 UTC`.
 _GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,9}))? ([+-]\d{4})(?: \S+)?")
 
@@ -190,6 +335,13 @@ class _Parser:
         self.name = fields.index("name") if "name" in fields else None
         self.attrs = fields.index("attributes") if "attributes" in fields else None
         skip = {"email", "name", "attributes", ""} | EXPORT_ONLY
+        # No name column: a first and a last name column make it (Mailchimp's export).
+        self.parts: list[int] = []
+        if self.name is None:
+            first = next((i for i, f in enumerate(fields) if f in FIRST_NAMES), None)
+            last = next((i for i, f in enumerate(fields) if f in LAST_NAMES), None)
+            self.parts = [i for i in (first, last) if i is not None]
+            skip |= {fields[i] for i in self.parts}
         # listmonk's export, told by its header: status and created_at mean something.
         self.listmonk = set(LISTMONK_HEADER) <= set(fields)
         self.status = fields.index("status") if self.listmonk else None
@@ -228,9 +380,9 @@ class _Parser:
             return "no email address"
         if any("\x00" in v for v in row):
             return "contains a NUL byte"
-        name = row[self.name].strip() if self.name is not None else ""
-        if "\r" in name or "\n" in name:
-            return "name contains a line break"
+        name = row[self.name] if self.name is not None else " ".join(row[i] for i in self.parts)
+        # A quoted name on two lines (a runaway quote never gets here: _runaway) is joined.
+        name = LINE_BREAK.sub(" ", name.strip())
         try:
             address = normalize(raw)
         except InvalidAddress as exc:
@@ -271,13 +423,38 @@ class Chunk:
     ended: bool  # no row is left after these
 
 
-class RowReader:
-    """The data rows of an open CSV, checked, a chunk at a time (the header is checked at once:
-    UnreadableFile)."""
+def checked_rows(
+    handle: io.TextIOBase, path: Path, lines: Lines
+) -> tuple[list[str], Iterator[tuple[int, Row]]]:
+    """The header's column names and the data rows of a seekable CSV, read whole once first:
+    UnreadableFile (no email column, a runaway quote) before any row is handed out. Every
+    CSV import reads through here (subscribers, suppressions)."""
+    delimiter = _delimiter(handle)
+    scan = _rows(handle, delimiter, Lines(), str(path))
+    fields = _header(path, scan)
+    for _ in scan:
+        pass
+    handle.seek(0)
+    rows = _rows(handle, delimiter, lines, str(path))
+    next(rows)  # the header, checked above
+    return fields, rows
 
-    def __init__(self, handle: io.TextIOWrapper, path: Path) -> None:
-        self._rows = _rows(handle)
-        self._parser = _Parser(_header(path, self._rows))
+
+def open_csv(path: Path) -> io.TextIOBase:
+    """A CSV file as every import reads it (UTF-8, BOM skipped, seekable): UnreadableFile if
+    it cannot be opened."""
+    return _open(path)
+
+
+class RowReader:
+    """The data rows of an open CSV, checked, a chunk at a time. The whole file is read once
+    first, so a file that cannot be imported whole (UnreadableFile: no email column, a
+    runaway quote) is refused before a row reaches the database."""
+
+    def __init__(self, handle: io.TextIOBase, path: Path) -> None:
+        self.lines = Lines()  # what the import has read
+        fields, self._rows = checked_rows(handle, path, self.lines)
+        self._parser = _Parser(fields)
 
     def skip(self, n: int) -> None:
         """Pass over the next `n` rows unread (a resumed import's rows already done)."""
@@ -300,7 +477,7 @@ class RowReader:
         return chunk
 
 
-def open_bytes(content: bytes) -> io.TextIOWrapper:
+def open_bytes(content: bytes) -> io.TextIOBase:
     """An uploaded file's bytes, read as `_open` reads a file."""
     return io.TextIOWrapper(
         io.BytesIO(content), newline="", encoding="utf-8-sig", errors="surrogateescape"
@@ -315,17 +492,25 @@ def prepare(conn: psycopg.Connection[dict[str, Any]], list_name: str) -> int:
     return list_id
 
 
-def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> int:
+@dataclass
+class Merged:
+    """What one chunk's merge did."""
+
+    created: int  # subscribers it created
+    blocklisted: int  # rows listmonk marked blocklisted, suppressed
+
+
+def merge(conn: psycopg.Connection[dict[str, Any]], list_id: int, staged: list[Staged]) -> Merged:
     """Upsert one chunk's rows and their memberships (inside the caller's transaction), and
-    suppress its listmonk-blocklisted addresses; how many rows were blocklisted."""
+    suppress its listmonk-blocklisted addresses."""
     with conn.cursor().copy(QUERIES["copy_stage"]) as copy:
         for item in staged:
             copy.write_row(item)
-    conn.execute(QUERIES["merge_batch"], {"list": list_id})
+    row = conn.execute(QUERIES["merge_batch"], {"list": list_id}).fetchone()
     blocked = sum(1 for item in staged if item[5])
     if blocked:
         conn.execute(QUERIES["suppress_blocklisted"], {"detail": LISTMONK_BLOCKLISTED})
-    return blocked
+    return Merged(int(row["created"]) if row else 0, blocked)
 
 
 def import_csv(
@@ -363,11 +548,14 @@ def import_csv(
             if not chunk.staged:
                 continue
             with conn.transaction():
-                report.blocklisted += merge(conn, list_id, chunk.staged)
+                merged = merge(conn, list_id, chunk.staged)
                 report.addresses += conn.execute(QUERIES["count_new"]).rowcount
+            report.created += merged.created
+            report.blocklisted += merged.blocklisted
             report.imported += len(chunk.staged)
         with conn.transaction():
             conn.execute(QUERIES["drop_seen"])  # its rows live as long as the connection
+    report.lines = reader.lines
     return report
 
 

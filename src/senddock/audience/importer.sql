@@ -33,7 +33,9 @@ INSERT INTO import_seen SELECT DISTINCT lower(email) FROM import_stage ON CONFLI
 -- (a scalar subquery: a join would hash the whole subscribers table for every batch).
 -- New members are confirmed; an existing membership (unsubscribed too) is left as it is, and
 -- the suppression list is never lifted: a suppressed or unsubscribed address stays so. A new
--- subscriber keeps the file's created_at (listmonk's export), else now.
+-- subscriber keeps the file's created_at (listmonk's export), else now. It answers how many
+-- subscribers it created (xmax is 0 on a row this statement inserted, not on one it updated),
+-- so an import's summary tells new people from known ones.
 WITH up AS (
     INSERT INTO subscribers AS s (email, name, attributes, created_at)
     SELECT DISTINCT ON (lower(email)) email, name, attrs, coalesce(created, now())
@@ -45,16 +47,18 @@ WITH up AS (
         updated_at = now()
     WHERE (EXCLUDED.name <> '' AND EXCLUDED.name <> s.name)
        OR NOT (s.attributes @> EXCLUDED.attributes)
-    RETURNING s.id
+    RETURNING s.id, s.xmax = 0 AS created
+), joined AS (
+    INSERT INTO list_memberships (list_id, subscriber_id)
+    SELECT %(list)s::bigint, id FROM up
+    UNION
+    SELECT %(list)s::bigint, known.id FROM (
+        SELECT (SELECT s.id FROM subscribers s WHERE lower(s.email) = lower(i.email)) AS id
+        FROM import_stage i
+    ) known WHERE known.id IS NOT NULL
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO list_memberships (list_id, subscriber_id)
-SELECT %(list)s::bigint, id FROM up
-UNION
-SELECT %(list)s::bigint, known.id FROM (
-    SELECT (SELECT s.id FROM subscribers s WHERE lower(s.email) = lower(i.email)) AS id
-    FROM import_stage i
-) known WHERE known.id IS NOT NULL
-ON CONFLICT DO NOTHING
+SELECT count(*) FILTER (WHERE created) AS created FROM up
 
 -- name: drop_seen
 -- The end of an import: the seen addresses would otherwise live as long as the connection.

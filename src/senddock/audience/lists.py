@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 from typing import Any
 
 import psycopg
@@ -37,13 +36,12 @@ class ListError(Invalid, ValueError):
 
 
 def _check_from(from_addr: str | None) -> None:
-    """A From address for confirmation requests: one header line, one valid address."""
+    """A From address for confirmation requests: one header line, one mailbox, valid."""
     from senddock.audience.addresses import normalize
-    from senddock.messages import check_header
+    from senddock.messages import one_mailbox
 
     if from_addr is not None:
-        check_header("from", from_addr, field="from_addr")
-        normalize(email.utils.parseaddr(from_addr)[1], field="from_addr")
+        normalize(one_mailbox("from", from_addr, field="from_addr"), field="from_addr")
 
 
 def _opt_in_error(name: str, sender: str = "--from") -> ListError:

@@ -32,7 +32,10 @@ def confirm_url(links: LinkSettings, key: bytes, subscriber_id: int, list_id: in
 def request_message(row: dict[str, Any], url: str) -> bytes:
     """The confirmation request for one unconfirmed membership."""
     msg = EmailMessage()
-    msg["From"] = row["from_addr"]
+    # One mailbox, rebuilt from its parts: a From stored before it was checked
+    # (messages.one_mailbox) never carries a second address into the header.
+    name, sender = email.utils.parseaddr(row["from_addr"])
+    msg["From"] = email.utils.formataddr((" ".join(name.split()), sender), charset="utf-8")
     # An IDNA domain in A-labels; a non-ASCII local part is written in UTF-8 (RFC 6532), as
     # the SMTPUTF8 transaction that carries it allows (the To of "zoë@bücher.example").
     to = wire_address(row["email"])

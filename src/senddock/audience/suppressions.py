@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from senddock.audience import cells
+from senddock.audience import cells, importer
 from senddock.audience.addresses import InvalidAddress, normalize
 from senddock.db import sql
 from senddock.errors import Invalid
@@ -79,17 +79,14 @@ def export_csv(conn: Conn, out: TextIO, reason: str | None = None) -> int:
     return n
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        fields = [f.strip().lower() for f in (reader.fieldnames or [])]
-        if "email" not in fields:
-            raise ValueError(f"{path}: the header row has no 'email' column")
-        reader.fieldnames = fields
-        start = reader.line_num + 1
-        for row in reader:
-            yield start, row
-            start = reader.line_num + 1
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str] | str]]:
+    """(line, cells by column name, or why the row cannot be read) of each row, read as the
+    subscriber import reads a file: a runaway quote refuses it whole (UnreadableFile) before
+    a row is handed out, so no address it would swallow is silently left unsuppressed."""
+    with importer.open_csv(path) as handle:
+        fields, rows = importer.checked_rows(handle, path, importer.Lines())
+        for line, row in rows:
+            yield line, row if isinstance(row, str) else dict(zip(fields, row, strict=False))
 
 
 def import_csv(conn: Conn, path: Path, reason: str = "manual") -> SuppressionImport:
@@ -97,6 +94,9 @@ def import_csv(conn: Conn, path: Path, reason: str = "manual") -> SuppressionImp
     report = SuppressionImport()
     with conn.transaction():
         for line, row in _csv_rows(path):
+            if isinstance(row, str):
+                report.rejected.append((line, row))
+                continue
             try:
                 email = normalize(cells.uncell(row.get("email") or ""))
             except InvalidAddress as exc:

@@ -21,7 +21,8 @@ WHERE lower(email) = lower(%(email)s) AND status = 'bounced';
 
 -- name: list
 -- Every suppressed address, alphabetically (case ignored), of one reason or (NULL) all.
-SELECT email, reason, created_at, source_broadcast_id, coalesce(detail, '') AS detail
+SELECT email, reason, created_at, source_broadcast_id, coalesce(detail, '') AS detail,
+       bounce_reason
 FROM suppressions WHERE (%(reason)s::text IS NULL OR reason = %(reason)s) ORDER BY lower(email);
 
 -- name: is_suppressed

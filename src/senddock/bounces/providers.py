@@ -40,8 +40,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from senddock.bounces.classify import Kind, classify, reply_in, status_in
 from senddock.bounces.parse import Finding
 
-# Amazon's SNS certificate hosts; a setting replaces it (tests sign with their own).
-SNS_CERT_HOSTS = r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$"
+# Amazon's SNS certificate hosts, `sns.<region>.amazonaws.com` (GovCloud's regions are
+# us-gov-…) and China's `sns.cn-<…>.amazonaws.com.cn`; nothing else under amazonaws.com (an S3
+# bucket's host is `<bucket>.s3.amazonaws.com`, anyone's). A setting replaces it (tests sign
+# with their own). Any of them only over https on port 443 (allowed_url).
+SNS_CERT_HOSTS = (
+    r"^sns\.(?:[a-z]{2}|us-gov)-[a-z]+-[0-9]{1,2}\.amazonaws\.com$"
+    r"|^sns\.cn-[a-z]+-[0-9]{1,2}\.amazonaws\.com\.cn$"
+)
 MAILGUN_MAX_AGE = 15 * 60  # seconds a Mailgun signature stays acceptable
 SENDGRID_MAX_AGE = 15 * 60
 
@@ -54,7 +60,7 @@ class NotAnEvent(ValueError):
     """The body is not the provider's event format (a 400, not a forgery)."""
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes | str) -> Any:
     try:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -89,6 +95,7 @@ class SnsMessage:
     topic: str
     findings: tuple[Finding, ...] = ()
     subscribe_url: str | None = None
+    message_id: str = ""  # SNS's own MessageId (signed): one per event, kept on a retry
 
 
 def sns_signed_text(message: Mapping[str, Any]) -> bytes:
@@ -99,13 +106,24 @@ def sns_signed_text(message: Mapping[str, Any]) -> bytes:
     for name in names:
         if name in message and message[name] is not None:
             parts.append(f"{name}\n{message[name]}\n")
-    return "".join(parts).encode()
+    return "".join(parts).encode("utf-8", "surrogatepass")  # one that cannot be UTF-8: Forged
 
 
 def allowed_url(url: str, hosts: str) -> bool:
-    """An https URL on a host the pattern allows (the certificate's, the subscription's)."""
-    parts = urlsplit(url)
-    return parts.scheme == "https" and re.fullmatch(hosts, parts.hostname or "") is not None
+    """An https URL on a host the pattern allows (the certificate's, the subscription's), with
+    no user or password in it; on Amazon's hosts (the default pattern) only on port 443. A
+    setting that replaces the pattern (a private endpoint, the tests' server) names its own."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+    return (
+        parts.scheme == "https"
+        and (port in (None, 443) or hosts != SNS_CERT_HOSTS)
+        and "@" not in parts.netloc
+        and re.fullmatch(hosts, parts.hostname or "") is not None
+    )
 
 
 def verify_sns(
@@ -148,8 +166,9 @@ def verify_sns(
     if message["Type"] != "Notification":
         raise NotAnEvent(f"SNS message of type {message['Type']!r}")
     inner = message.get("Message", "")
-    ses = _json(inner.encode()) if isinstance(inner, str) else inner
-    return SnsMessage("Notification", topic, findings=ses_findings(ses))
+    ses = _json(inner) if isinstance(inner, str) else inner
+    message_id = str(message.get("MessageId", ""))
+    return SnsMessage("Notification", topic, findings=ses_findings(ses), message_id=message_id)
 
 
 SES_HARD = {"General", "NoEmail", "Suppressed", "OnAccountSuppressionList"}
@@ -225,7 +244,8 @@ def verify_mailgun(body: bytes, signing_key: str, now: float | None = None) -> A
     timestamp = str(signature.get("timestamp", ""))
     token = str(signature.get("token", ""))
     given = str(signature.get("signature", ""))
-    want = hmac.new(signing_key.encode(), (timestamp + token).encode(), hashlib.sha256)
+    signed = (timestamp + token).encode("utf-8", "surrogatepass")
+    want = hmac.new(signing_key.encode(), signed, hashlib.sha256)
     if not hmac.compare_digest(given, want.hexdigest()):
         raise Forged("bad Mailgun signature")
     if not timestamp.isdigit() or abs((now or time.time()) - int(timestamp)) > MAILGUN_MAX_AGE:

@@ -7,26 +7,39 @@ re-delivers a message whose digest is known (nothing changes). `receive_event` d
 for a provider's verified webhook event (bounces.providers), whose findings are already read.
 
 A finding is matched to a job by the VERP address it came to (signed: a forged one names
-nobody), else by our Message-ID in the returned original when that job still has it. What
-matches nothing is kept, unmatched, and suppresses nobody.
+nobody; a report there about someone else still names only that address's job), else by our
+Message-ID in the returned original when its per-recipient token holds (messages/message_id.py)
+and that job still has it (invariant 10). What matches nothing is kept, unmatched, and
+suppresses nobody. At most MAX_FINDINGS of a message's findings are read, their text made
+storable (U+FFFD for a NUL or a lone surrogate).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from senddock.bounces.parse import Finding, parse
-from senddock.bounces.verp import ReturnPath, message_id_names
+from senddock.bounces.verp import ReturnPath
 from senddock.db import sql
+from senddock.messages.message_id import names as message_id_names
 from senddock.queue import bounces as effects
 
 QUERIES = sql.load(__package__, "store.sql")
 
 Conn = psycopg.Connection[dict[str, Any]]
+
+# Findings read from one message or event: a returned message of ours names one recipient (an
+# ARF, a provider's batch a few); 20,000 recipient blocks in one message took 33-54 s.
+MAX_FINDINGS = 100
+ENVELOPE_CHARS = 2000  # of the addresses a message came to, as kept
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -53,17 +66,30 @@ def _match(
     finding: Finding,
     named: tuple[int, int] | None,
     fallback_message_id: str | None,
+    message_key: bytes | None,
 ) -> Match | None:
     if named is not None:
-        return Match(*named)  # the return path is signed: it names this job
+        return Match(*named)  # the return path is signed: it names this job, and only it
     message_id = finding.message_id or fallback_message_id
-    pair = message_id_names(message_id) if message_id else None
-    if pair is None:
+    if not message_id or message_key is None:
         return None
+    pair = message_id_names(message_key, message_id)
+    if pair is None:
+        return None  # not ours, made up, or from before our Message-IDs carried a token
     job = conn.execute(QUERIES["job_by_pair"], {"b": pair[0], "s": pair[1]}).fetchone()
-    if job is None or job["message_id"] != message_id:
-        return None  # a Message-ID we did not send (or whose job retention deleted)
+    if job is None or job["message_id"].lower() != message_id.strip().lower():
+        return None  # a job retention deleted (or the token of another domain's message)
     return Match(*pair)
+
+
+def _message_key(conn: Conn) -> bytes | None:
+    row = conn.execute(QUERIES["message_key"]).fetchone()
+    return str(row["value"]).encode() if row else None
+
+
+def _clean(text: str | None) -> str | None:
+    """Text Postgres can keep whatever a report says: no NUL, no lone surrogate (U+FFFD)."""
+    return None if text is None else _UNSTORABLE.sub("\ufffd", text)
 
 
 Recorded = list[tuple[int, Finding, Match | None]]
@@ -82,14 +108,23 @@ def _record_findings(
     suppression, the job's record, the counts), in the caller's transaction; then mark the
     message read. [(finding id, finding, match)]."""
     recorded: Recorded = []
-    for finding in findings:
-        match = _match(conn, finding, named, fallback_message_id)
+    key = _message_key(conn) if named is None else None
+    for given in findings[:MAX_FINDINGS]:
+        finding = dataclasses.replace(
+            given,
+            recipient=_clean(given.recipient),
+            status=_clean(given.status),
+            reply=_clean(given.reply),
+            diagnostic=_clean(given.diagnostic),
+        )
+        match = _match(conn, finding, named, fallback_message_id, key)
         row = conn.execute(
             QUERIES["finding"],
             {
                 "message": message,
                 "recipient": finding.recipient,
                 "kind": finding.kind,
+                "reason": finding.reason,
                 "status": finding.status,
                 "reply": finding.reply,
                 "diagnostic": finding.diagnostic,
@@ -101,15 +136,38 @@ def _record_findings(
         effects.apply(conn, finding, match, soft or effects.SoftLimit.default())
         recorded.append((int(row["id"]), finding, match))
     why = None if any(m for _, _, m in recorded) else "matches no message of ours"
+    if len(findings) > MAX_FINDINGS:
+        left = f"{len(findings) - MAX_FINDINGS} findings past the first {MAX_FINDINGS} not read"
+        why = left if why is None else f"{why}; {left}"
     conn.execute(QUERIES["mark"], {"id": message, "state": "read", "why": why})
     return recorded
+
+
+Recipients = str | Sequence[str] | None
+
+
+def _recipients(envelope_to: Recipients) -> tuple[str, ...]:
+    if envelope_to is None:
+        return ()
+    return (envelope_to,) if isinstance(envelope_to, str) else tuple(envelope_to)
+
+
+def _named(
+    return_path: ReturnPath | None, key: bytes, to: tuple[str, ...]
+) -> tuple[int, int] | None:
+    """The job the signed return path(s) a message came to name: one, or none when the
+    envelope names none or several (no relay returns one bounce to two of our messages)."""
+    if return_path is None:
+        return None
+    pairs = {pair for address in to if (pair := return_path.read(key, address)) is not None}
+    return next(iter(pairs)) if len(pairs) == 1 else None
 
 
 def read(
     conn: Conn,
     message: int,
     raw: bytes,
-    envelope_to: str | None,
+    envelope_to: Recipients,
     return_path: ReturnPath | None,
     key: bytes,
     soft: effects.SoftLimit | None = None,
@@ -119,11 +177,11 @@ def read(
     if not report.findings:
         unreadable = (report.why_none or "").startswith(("cannot be parsed", "larger than"))
         state = "unparsable" if unreadable else "none"
-        conn.execute(QUERIES["mark"], {"id": message, "state": state, "why": report.why_none})
+        conn.execute(
+            QUERIES["mark"], {"id": message, "state": state, "why": _clean(report.why_none)}
+        )
         return state, []
-    named = None
-    if return_path is not None and envelope_to:
-        named = return_path.read(key, envelope_to)
+    named = _named(return_path, key, _recipients(envelope_to))
     return "read", _record_findings(conn, message, report.findings, named, report.message_id, soft)
 
 
@@ -147,19 +205,22 @@ def receive(
     conn: Conn,
     source: str,
     raw: bytes,
-    envelope_to: str | None,
+    envelope_to: Recipients,
     return_path: ReturnPath | None,
     key: bytes,
     soft: effects.SoftLimit | None = None,
 ) -> Received:
-    """Store and read one message in one transaction (see the module)."""
+    """Store and read one message in one transaction (see the module). `envelope_to` is the
+    address it came to, or all of them: a message to several is kept and read once."""
+    to = tuple(sorted({_clean(a.strip()) or "" for a in _recipients(envelope_to)}))
     # The same bytes to two of our addresses are two bounces; to one address twice, one.
-    digest = hashlib.sha256((envelope_to or "").lower().encode() + b"\0" + raw).digest()
+    envelope = ",".join(to)
+    digest = hashlib.sha256(envelope.lower().encode() + b"\0" + raw).digest()
     with conn.transaction():
-        stored = _store(conn, source, envelope_to, digest, raw)
+        stored = _store(conn, source, envelope[:ENVELOPE_CHARS] or None, digest, raw)
         if isinstance(stored, Received):
             return stored
-        state, recorded = read(conn, stored, raw, envelope_to, return_path, key, soft)
+        state, recorded = read(conn, stored, raw, to, return_path, key, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(stored, True, state, len(recorded), matched)
 
@@ -196,11 +257,15 @@ def receive_event(
 
 
 def findings(
-    conn: Conn, campaign_id: int | None, kind: str | None, limit: int = 100
+    conn: Conn,
+    campaign_id: int | None,
+    kind: str | None,
+    limit: int = 100,
+    reason: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The newest `limit` findings with their message (`senddock bounces list`), and how many
     more match."""
-    params = {"campaign": campaign_id, "kind": kind, "limit": limit}
+    params = {"campaign": campaign_id, "kind": kind, "reason": reason, "limit": limit}
     rows = conn.execute(QUERIES["findings"], params).fetchall()
     matching = int(rows[0].pop("matching")) if rows else 0
     for row in rows[1:]:

@@ -64,13 +64,3 @@ class ReturnPath:
         if not hmac.compare_digest(found["mac"], _mac(key, broadcast_id, subscriber_id)):
             return None
         return broadcast_id, subscriber_id
-
-
-# Our Message-ID (queue/jobs.sql, enqueue): <sd.BROADCAST.SUBSCRIBER.TOKEN@domain>.
-_MESSAGE_ID = re.compile(r"^<?sd\.(\d{1,19})\.(\d{1,19})\.[^@>\s]+@[^>\s]+>?$")
-
-
-def message_id_names(message_id: str) -> tuple[int, int] | None:
-    """(broadcast, subscriber) our Message-ID names, unchecked: match it against the job's."""
-    found = _MESSAGE_ID.match(message_id.strip())
-    return (int(found[1]), int(found[2])) if found else None

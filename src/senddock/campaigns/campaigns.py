@@ -21,6 +21,8 @@ from senddock.audience.segment_filter import check as check_filter
 from senddock.audience.segments import find as find_segment
 from senddock.campaigns.layouts import Chosen, checked_bodies
 from senddock.campaigns.template_check import check_names
+from senddock.campaigns.workers import live_workers
+from senddock.config import Settings
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
@@ -30,9 +32,11 @@ from senddock.queue import set_running as set_running_in_queue
 from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
 from senddock.queue.counts import FAILURES as FAILURES
 from senddock.queue.counts import JOB_STATUSES as JOB_STATUSES
-from senddock.queue.counts import Failure, JobState, count, last_problem
+from senddock.queue.counts import Failure, JobState, count, last_problem, shown_status
 
 QUERIES = sql.load(__package__, "campaigns.sql")
+# The lease `status` judges workers live by when its caller has no settings at hand.
+LEASE: float = Settings.model_fields["lease_seconds"].default
 
 
 class CampaignError(Conflict, ValueError):
@@ -177,8 +181,14 @@ UNCONFIRMED_SHOWN = 20
 JobStatus = Literal[JobState, Failure]
 
 
-def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[str, Any]:
-    """The campaign's state and exact counts, read from the queue in one snapshot."""
+def status(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, lease_seconds: float = LEASE
+) -> dict[str, Any]:
+    """The campaign's state and exact counts, read from the queue in one snapshot.
+
+    `state` is what a person reads (queue.counts.shown_status: "waiting for a decision" once
+    only unconfirmed jobs are left); `no_live_worker` says that it has work for a worker and
+    no worker is live (heartbeat within `lease_seconds`, database clock) to do it."""
     with conn.transaction():
         finish_sync(conn)
     with conn.transaction():
@@ -195,10 +205,16 @@ def status(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> dict[s
         held: list[Unconfirmed] = []
         if counts.unconfirmed and c["broadcast_id"] is not None:
             held = unconfirmed_jobs(conn, c["broadcast_id"], limit=UNCONFIRMED_SHOWN)
+        work_left = c["status"] == "sending" and (
+            counts.unfinished > counts.unconfirmed or not c["enqueue_done"]
+        )
+        idle = work_left and live_workers(conn, lease_seconds) == 0
     return {
         "id": c["id"],
         "name": c["name"],
         "status": c["status"],
+        "state": shown_status(c["status"], counts),
+        "no_live_worker": idle,
         "broadcast_id": c["broadcast_id"],
         **counts.as_dict(),
         "complaint_rate": counts.complaint_rate,

@@ -8,7 +8,7 @@ import psycopg
 
 from senddock.campaigns.campaigns import UnknownCampaign
 from senddock.db import sql
-from senddock.queue.counts import Counts, counts_of
+from senddock.queue.counts import Counts, counts_of, shown_status
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -17,14 +17,16 @@ QUERIES = sql.load(__package__, "listing.sql")
 
 def all_campaigns(conn: Conn, archived: bool = False) -> list[dict[str, Any]]:
     """Every campaign not archived (`archived`: every archived one), newest first: id, name,
-    status, created, send_at and its counts."""
+    status, state (what a person reads: queue.counts.shown_status), created, send_at and its
+    counts."""
     with conn.transaction():
         conn.execute(QUERIES["snapshot"])
         rows = conn.execute(QUERIES["list"], {"archived": archived}).fetchall()
         counts = counts_of(conn, [int(r["broadcast_id"]) for r in rows if r["broadcast_id"]])
     none = Counts()
     for r in rows:
-        r.update(_ints(counts.get(r.pop("broadcast_id"), none)))
+        of = counts.get(r.pop("broadcast_id"), none)
+        r.update(_ints(of), state=shown_status(r["status"], of))
     return rows
 
 

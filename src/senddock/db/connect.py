@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from senddock.config import Settings
+from senddock.config import Settings, redact
 from senddock.db.embedded import EmbeddedPostgres
 
 _embedded: EmbeddedPostgres | None = None
@@ -33,5 +33,13 @@ def database_url(settings: Settings) -> str:
 
 
 def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[dict[str, object]]:
-    """A synchronous connection whose rows are dicts."""
-    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, connect_timeout=10)
+    """A synchronous connection whose rows are dicts. An error that quotes the URL (libpq
+    does, for one it cannot parse) is raised again with the password hidden."""
+    try:
+        return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, connect_timeout=10)
+    except psycopg.Error as exc:
+        clean = redact(str(exc), url)
+        if clean == str(exc):
+            raise
+        hidden = type(exc)(clean)
+    raise hidden  # outside the except: the original, password and all, is not its context

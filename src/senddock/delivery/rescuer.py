@@ -215,9 +215,11 @@ class Rescuer(Service):
         self.lease.grant_grace()
 
 
-def list_workers(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Registered workers with heartbeat age (database clock) and the jobs each holds."""
-    return conn.execute(QUERIES["list"]).fetchall()
+def list_workers(conn: psycopg.Connection[dict[str, Any]], lease: float) -> list[dict[str, Any]]:
+    """Registered workers with heartbeat age (database clock), health (`live`, `late` past half
+    the lease, `stopping`, or `dead` past the lease: buried at a live peer's next look) and the
+    jobs each holds."""
+    return conn.execute(QUERIES["list"], {"lease": lease}).fetchall()
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,7 @@ DELETE FROM workers WHERE id = %(id)s
 -- back) and whether the peer's heartbeat connection holds its lock. Worker ids repeat across
 -- databases on one server: only the locks in ours count.
 SELECT w.id, w.host, w.boot_id, w.pid, w.pid_started,
-       extract(epoch FROM now() - greatest(w.heartbeat_at, pg_postmaster_start_time()))
-           AS age,
+       senddock_heartbeat_age(w.heartbeat_at) AS age,
        EXISTS (SELECT 1 FROM pg_locks l
                WHERE l.locktype = 'advisory' AND l.classid = %(cls)s AND l.objsubid = 2
                  AND l.objid::bigint = w.id AND l.granted
@@ -58,8 +57,7 @@ WITH buried AS (
     DELETE FROM workers w
     WHERE w.id = ANY(%(known_dead)s::bigint[])
        OR (w.id = ANY(%(lapsed)s::bigint[])
-           AND now() - greatest(w.heartbeat_at, pg_postmaster_start_time())
-               > make_interval(secs => %(lease)s))
+           AND senddock_heartbeat_age(w.heartbeat_at) > %(lease)s)
     RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.exit_reason
 ), held AS (
     SELECT j.owner, count(*) AS n, array_agg(DISTINCT j.broadcast_id) AS broadcast_ids
@@ -111,12 +109,19 @@ WHERE NOT EXISTS (SELECT 1 FROM live) AND d.id = (
     ORDER BY found_at DESC LIMIT 1)
 
 -- name: list
--- Registered workers with heartbeat age (database clock) and the jobs each holds.
+-- Registered workers with heartbeat age (database clock, senddock_heartbeat_age: the one the
+-- rescuer buries on), their health and the jobs each holds. `dead`: silent past the lease, so
+-- any live peer buries it and rescues what it holds at its next look; a row stays until then.
 SELECT w.id, w.host, w.pid, w.concurrency, w.started_at, w.heartbeat_at, w.stopping,
-       extract(epoch FROM now() - w.heartbeat_at)::float AS heartbeat_age,
+       a.age AS heartbeat_age,
+       CASE WHEN a.age > %(lease)s THEN 'dead'
+            WHEN w.stopping THEN 'stopping'
+            WHEN a.age > %(lease)s / 2 THEN 'late'
+            ELSE 'live' END AS health,
        (SELECT count(*) FROM broadcast_jobs j WHERE j.owner = w.id AND j.status = 'sending')
            AS holding
-FROM workers w ORDER BY w.id
+FROM workers w CROSS JOIN LATERAL (SELECT senddock_heartbeat_age(w.heartbeat_at) AS age) a
+ORDER BY w.id
 
 -- name: deaths
 -- The latest worker deaths, newest first (all, or those that held a broadcast's jobs).

@@ -10,6 +10,7 @@ from senddock.messages.render import (
     TemplateProblem,
     check_header,
     compile_message,
+    one_mailbox,
     wire_address,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_header",
     "compile_message",
     "html_to_text",
+    "one_mailbox",
     "sign",
     "verify",
     "wire_address",

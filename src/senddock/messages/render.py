@@ -6,6 +6,7 @@ quoted-printable bodies directly, which is what keeps per-message work small.
 
 from __future__ import annotations
 
+import email.policy
 import email.utils
 import functools
 import quopri
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.errors import NonASCIILocalPartDefect
 from email.header import Header
 from types import TracebackType
 from typing import Any
@@ -298,16 +300,40 @@ def address_count(value: str) -> int:
     return len([a for _, a in email.utils.getaddresses([value]) if a])
 
 
-def _address_header(what: str, value: str, field: str) -> tuple[str, str]:
-    """(header value, bare address) of a `Name <addr>` value; HeaderError about `field` if it
-    is not one. Two addresses are refused: parseaddr keeps the first and the rest would vanish
-    unsaid."""
+def one_mailbox(what: str, value: str, field: str) -> str:
+    """The bare address of a From or Reply-To value that names exactly one mailbox
+    (`addr` or `Name <addr>`); else HeaderError about `field`. Read twice, by the lenient
+    parser that makes the header (parseaddr keeps the first of several and drops the rest
+    unsaid) and by the standard library's RFC 5322 header parser, and refused when either
+    sees more than one mailbox, a group, or anything left over (issue 35.7: a confirmation
+    went out `From: News <news@…>, evil@attacker.test`)."""
     check_header(what, value, field)
-    if address_count(value) > 1:
+    parsed = email.policy.default.header_factory(what, value)
+    mailboxes = [a for g in parsed.groups for a in g.addresses]
+    if (
+        address_count(value) > 1
+        or len(mailboxes) > 1
+        or any(g.display_name is not None for g in parsed.groups)
+        or value.strip().endswith((",", ";"))
+    ):
         raise HeaderError(f"{what} names several addresses ({value!r}): give one", field=field)
     _, addr = email.utils.parseaddr(value)
-    if "@" not in addr or " " in addr:
-        raise HeaderError(f"{what} address {value!r} is not an email address", field=field)
+    # A UTF-8 local part is ours to send (SMTPUTF8, RFC 6532), not a defect of the value.
+    defects = [d for d in parsed.defects if not isinstance(d, NonASCIILocalPartDefect)]
+    if "@" not in addr or " " in addr or defects or len(mailboxes) != 1:
+        raise HeaderError(
+            f'{what} {value!r} is not one email address (e.g. "News <news@example.org>")',
+            field=field,
+        )
+    if mailboxes[0].addr_spec != addr:  # the two parsers disagree: trust neither
+        raise HeaderError(f"{what} {value!r} is ambiguous: give one address", field=field)
+    return addr
+
+
+def _address_header(what: str, value: str, field: str) -> tuple[str, str]:
+    """(header value, bare address) of a `Name <addr>` value naming one mailbox
+    (`one_mailbox`)."""
+    addr = one_mailbox(what, value, field)
     return _format_from(value), addr
 
 

@@ -10,7 +10,9 @@ for a finding matched to a job of ours (unmatched ones suppress nobody):
     policy     nobody (the relay or the receiver refused us)
     complaint  the address, reason complaint
 
-An address suppressed already keeps its first reason. The job may be gone (retention): then
+The job's record and the suppression keep the finding's reason too (userunknown, feedback,
+mailboxfull for the soft report that reached the limit, …: bounces.classify). An address
+suppressed already keeps its first reason. The job may be gone (retention): then
 the suppression names the subscriber's address and the counters count all the same.
 """
 
@@ -37,6 +39,8 @@ class Finding(Protocol):
 
     @property
     def kind(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
     @property
     def status(self) -> str | None: ...
     @property
@@ -90,24 +94,24 @@ def apply(conn: Conn, finding: Finding, match: Match | None, soft: SoftLimit) ->
     if match is None:
         return Effect(None, False)
     job = {"b": match.broadcast_id, "s": match.subscriber_id, "kind": finding.kind}
-    conn.execute(QUERIES["mark_job"], job)
+    conn.execute(QUERIES["mark_job"], {**job, "reason": finding.reason})
     counted = conn.execute(QUERIES["count_effect"], job).rowcount == 1
-    reason = why = None
+    suppressed_as = why = None
     if finding.kind == "hard":
-        reason, why = "bounce", detail(finding)
+        suppressed_as, why = "bounce", detail(finding)
     elif finding.kind == "complaint":
-        reason, why = "complaint", detail(finding)
+        suppressed_as, why = "complaint", detail(finding)
     elif finding.kind == "soft":
         days = {"s": match.subscriber_id, "days": soft.days}
         found = conn.execute(QUERIES["soft_reports"], days).fetchone()
         if found is not None and int(found["n"]) >= soft.count:
-            reason, why = "bounce", f"{soft.count} soft bounces in {soft.days} days"
-    if reason is None:
+            suppressed_as, why = "bounce", f"{soft.count} soft bounces in {soft.days} days"
+    if suppressed_as is None:
         return Effect(None, counted)
-    params = {**job, "reason": reason, "detail": why}
+    params = {**job, "why": suppressed_as, "detail": why, "reason": finding.reason}
     added = conn.execute(QUERIES["suppress"], params).fetchone()
     if added is None:
         return Effect(None, counted)  # suppressed already: its first reason stays
-    if reason == "bounce":
+    if suppressed_as == "bounce":
         conn.execute(QUERIES["tag_bounced"], {"email": added["email"]})
     return Effect(str(added["email"]), counted)

@@ -1,10 +1,11 @@
 -- What a later bounce or complaint does (queue/bounces.py), in the transaction of its finding.
 
 -- name: mark_job
--- The job's record of its first later report: set only while NULL, so the first report wins
--- and a later one (another DSN, the complaint after a soft bounce) leaves it. No row when
--- retention deleted the job; the suppression and the counts apply all the same.
-UPDATE broadcast_jobs SET bounced_at = now(), bounce_kind = %(kind)s
+-- The job's record of its first later report, its kind and reason (0027): set only while NULL,
+-- so the first report wins and a later one (another DSN, the complaint after a soft bounce)
+-- leaves it. No row when retention deleted the job; the suppression and the counts apply all
+-- the same.
+UPDATE broadcast_jobs SET bounced_at = now(), bounce_kind = %(kind)s, bounce_reason = %(reason)s
 WHERE broadcast_id = %(b)s AND subscriber_id = %(s)s AND bounced_at IS NULL
 
 -- name: count_effect
@@ -32,9 +33,10 @@ WHERE subscriber_id = %(s)s AND kind = 'soft'
 -- name: suppress
 -- Invariant 6 for later reports: suppress the address the job went to (the subscriber's when
 -- retention deleted the job), as suppress_bounces does at send time. An address suppressed
--- already keeps its first reason and detail (no row returned).
-INSERT INTO suppressions (email, reason, source_broadcast_id, detail)
-SELECT a.email, %(reason)s, %(b)s, %(detail)s
+-- already keeps its first reason and detail (no row returned). `bounce_reason` (0027) is the
+-- report's reason (userunknown, feedback, …): why a bounce or complaint removed the address.
+INSERT INTO suppressions (email, reason, source_broadcast_id, detail, bounce_reason)
+SELECT a.email, %(why)s, %(b)s, %(detail)s, %(reason)s
 FROM (SELECT coalesce(
         (SELECT email FROM broadcast_jobs WHERE broadcast_id = %(b)s AND subscriber_id = %(s)s),
         (SELECT email FROM subscribers WHERE id = %(s)s)) AS email) a

@@ -59,6 +59,24 @@ class Counts:
     soft_later: int = 0
     policy_later: int = 0
     complaints: int = 0
+    # Jobs not in a final state (pending, sending, retry, unconfirmed): the one definition of
+    # unfinished, senddock_unfinished in SQL (migration 0026), which `finish` reads too.
+    unfinished: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """Nothing is left for a worker or a person: every job sent, failed or cancelled."""
+        return self.unfinished == 0
+
+    @property
+    def waiting_for_decision(self) -> bool:
+        """Drained but for unconfirmed jobs: only a person (confirm or resend) can end it."""
+        return self.unconfirmed > 0 and self.unfinished == self.unconfirmed
+
+    @property
+    def done(self) -> int:
+        """Jobs in a final state (sent, failed, cancelled)."""
+        return self.total - self.unfinished
 
     @property
     def complaint_rate(self) -> float:
@@ -79,6 +97,18 @@ class Counts:
 
 
 COUNT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Counts))
+
+# The state a person reads for a campaign that has drained but for unconfirmed jobs: only they
+# can end it (confirm or resend), so it is not "sending 99 %".
+WAITING = "waiting for a decision"
+
+
+def shown_status(status: str, counts: Counts) -> str:
+    """A campaign's status as every surface shows it: its stored status, except a sending one
+    whose only unfinished jobs are unconfirmed, which waits for a decision."""
+    return WAITING if status == "sending" and counts.waiting_for_decision else status
+
+
 # The counter of each later report's kind: broadcast_counts state 'later:<kind>'.
 LATER: dict[str, str] = {
     "hard": "bounced_later",
@@ -88,8 +118,9 @@ LATER: dict[str, str] = {
 }
 
 
-def _counts(states: dict[str, int], sending: int) -> Counts:
-    """Counts from the counted states of one broadcast (or of all) and its held jobs."""
+def _counts(states: dict[str, int], unfinished: int, sending: int) -> Counts:
+    """Counts from the counted states of one broadcast (or of all), its unfinished jobs (the
+    counters weighed by senddock_unfinished_weight) and its held jobs."""
     failed = {k[len("failed:") :]: n for k, n in states.items() if k.startswith("failed:")}
     total = states.get("total", 0)
     retry, sent, cancelled, unconfirmed = (
@@ -98,7 +129,8 @@ def _counts(states: dict[str, int], sending: int) -> Counts:
     all_failed = sum(failed.values())
     return Counts(
         total=total,
-        pending=total - sending - retry - sent - all_failed - cancelled - unconfirmed,
+        # Not counted (a claim would lock the counter row): the unfinished less those counted.
+        pending=unfinished - sending - retry - unconfirmed,
         sending=sending,
         retry=retry,
         sent=sent,
@@ -107,6 +139,7 @@ def _counts(states: dict[str, int], sending: int) -> Counts:
         unconfirmed=unconfirmed,
         **{reason: failed.get(reason, 0) for reason in FAILURES},
         **{key: states.get(f"later:{kind}", 0) for kind, key in LATER.items()},
+        unfinished=unfinished,
     )
 
 
@@ -137,10 +170,13 @@ def _by_broadcast(
     ids: list[int], counters: list[dict[str, Any]], held: list[dict[str, Any]]
 ) -> dict[int, Counts]:
     states: dict[int, dict[str, int]] = {b: {} for b in ids}
+    unfinished = dict.fromkeys(ids, 0)
     for row in counters:
-        states[int(row["broadcast_id"])][str(row["state"])] = int(row["n"])
+        b = int(row["broadcast_id"])
+        states[b][str(row["state"])] = int(row["n"])
+        unfinished[b] += int(row["n"]) * int(row["weight"])
     sending = {int(r["broadcast_id"]): int(r["n"]) for r in held}
-    return {b: _counts(states[b], sending.get(b, 0)) for b in ids}
+    return {b: _counts(states[b], unfinished[b], sending.get(b, 0)) for b in ids}
 
 
 def count(conn: Conn, broadcast_id: int | None) -> Counts:
@@ -152,9 +188,11 @@ def count(conn: Conn, broadcast_id: int | None) -> Counts:
 
 def all_counts(conn: Conn) -> Counts:
     """The counts of every broadcast together (/metrics), purged ones included."""
-    states = {str(r["state"]): int(r["n"]) for r in conn.execute(QUERIES["all_counters"])}
+    rows = conn.execute(QUERIES["all_counters"]).fetchall()
+    states = {str(r["state"]): int(r["n"]) for r in rows}
+    unfinished = sum(int(r["n"]) * int(r["weight"]) for r in rows)
     row = conn.execute(QUERIES["all_sending"]).fetchone()
-    return _counts(states, int(row["n"]) if row else 0)
+    return _counts(states, unfinished, int(row["n"]) if row else 0)
 
 
 def bounced_at_send(conn: Conn, campaign_id: int | None = None) -> dict[int, int]:

@@ -5,8 +5,10 @@
 -- Invariant 8: a broadcast's counted states (total, retry, sent, failed by reason, cancelled,
 -- and 'later:<kind>': reports after the 250, queue/bounces.sql), summed over the slots the
 -- writers shard them into: at most 16 rows per state, whatever the size of the broadcast, and
--- untouched by retention, which deletes jobs but no counter.
-SELECT broadcast_id, state, sum(n)::bigint AS n
+-- untouched by retention, which deletes jobs but no counter. Each state comes with its weight
+-- in "unfinished" (senddock_unfinished_weight, migration 0026: the one definition that
+-- `finish` reads too), so Counts.unfinished is never worked out by other arithmetic.
+SELECT broadcast_id, state, sum(n)::bigint AS n, senddock_unfinished_weight(state) AS weight
 FROM broadcast_counts
 WHERE broadcast_id = ANY(%(ids)s::bigint[])
 GROUP BY broadcast_id, state
@@ -25,7 +27,8 @@ GROUP BY held.broadcast_id
 -- name: all_counters
 -- Invariant 8: every broadcast's counted states together (for /metrics): the counter table
 -- holds a few rows per broadcast, not one per job.
-SELECT state, sum(n)::bigint AS n FROM broadcast_counts GROUP BY state
+SELECT state, sum(n)::bigint AS n, senddock_unfinished_weight(state) AS weight
+FROM broadcast_counts GROUP BY state
 
 -- name: all_sending
 -- Invariant 8: every job held by a worker (for /metrics), through the held rows' partial index.

@@ -72,7 +72,6 @@ import email.utils
 import functools
 import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,6 +84,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from senddock.db import sql
+from senddock.messages.message_id import key_pads
 
 AsyncConn = AsyncConnection[dict[str, Any]]
 Conn = psycopg.Connection[dict[str, Any]]
@@ -203,7 +203,6 @@ def start_broadcast(
     domain = email.utils.parseaddr(campaign.from_addr)[1].rsplit("@", 1)[-1]
     params = {
         "c": campaign.id,
-        "token": secrets.token_hex(4),
         "domain": domain,
         "filter": audience_filter,
     }
@@ -282,6 +281,7 @@ def enqueue_chunk(
         ).fetchone()
         hi = int(end["hi"]) if end and end["hi"] is not None else last
         where, extra = _audience(e["audience_filter"], narrow)
+        ikey, okey = _token_keys(e["message_key"])
         params = {
             **extra,
             "b": bid,
@@ -289,7 +289,8 @@ def enqueue_chunk(
             "hi": hi,
             "since": e["since"],
             "lists": _lists(conn, int(e["campaign_id"])),
-            "token": e["message_token"],
+            "ikey": ikey,
+            "okey": okey,
             "domain": e["message_domain"],
         }
         n = _insert_jobs(conn, where, params) if hi > after else 0
@@ -314,6 +315,18 @@ def enqueue_all(
     while (chunk := enqueue_chunk(conn, broadcast_id, size, narrow)) is not None:
         total += chunk.jobs
     return total
+
+
+class NoMessageKey(RuntimeError):
+    """The schema predates migration 0028: no key for the Message-IDs' tokens."""
+
+
+@functools.lru_cache(maxsize=4)
+def _token_keys(stored: str | None) -> tuple[bytes, bytes]:
+    """The enqueue's `ikey` and `okey`: the Message-ID key's padded forms."""
+    if stored is None:
+        raise NoMessageKey("no Message-ID key: run 'senddock migrate'")
+    return key_pads(stored.encode())
 
 
 def _insert_jobs(conn: Conn, where: pgsql.Composable, params: dict[str, Any]) -> int:

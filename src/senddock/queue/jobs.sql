@@ -20,8 +20,9 @@ SELECT total FROM broadcasts WHERE id = %(b)s
 -- Invariant 7: one broadcast per campaign (unique campaign_id). It starts `running`; the
 -- trigger campaign_follows_broadcast moves its campaign from draft to sending in this statement.
 -- Its audience filter (a segment's, migration 0021) is fixed here for every chunk.
-INSERT INTO broadcasts (campaign_id, total, message_token, message_domain, audience_filter)
-VALUES (%(c)s, 0, %(token)s, %(domain)s, %(filter)s) RETURNING id
+-- (message_token, the per-broadcast token of Message-IDs before 0028, is no longer written.)
+INSERT INTO broadcasts (campaign_id, total, message_domain, audience_filter)
+VALUES (%(c)s, 0, %(domain)s, %(filter)s) RETURNING id
 
 -- name: last_subscriber
 -- The recipients are fixed now: nobody who signs up after this moment is swept in.
@@ -40,9 +41,11 @@ UPDATE campaigns SET broadcast_id = %(b)s, updated_at = now() WHERE id = %(c)s
 
 -- name: take_enqueue
 -- One part of a broadcast still being enqueued, its row locked for this chunk. SKIP LOCKED: a
--- worker is enqueuing that part already, take another or come back later.
+-- worker is enqueuing that part already, take another or come back later. With it, the key
+-- of the Message-IDs' per-recipient token (migration 0028).
 SELECT e.broadcast_id, e.part, e.after_id, e.last_id, e.since, b.campaign_id, b.status,
-       b.message_token, b.message_domain, b.audience_filter
+       b.message_domain, b.audience_filter,
+       (SELECT value FROM app_secrets WHERE name = 'message_id_key') AS message_key
 FROM broadcast_enqueues e JOIN broadcasts b ON b.id = e.broadcast_id
 WHERE %(b)s::bigint IS NULL OR e.broadcast_id = %(b)s
 ORDER BY e.broadcast_id, e.part
@@ -85,7 +88,10 @@ WHERE cl.campaign_id = %(c)s
 -- Invariant 7: one pending job per distinct (one subscriber per address), active,
 -- non-suppressed address that is confirmed on any of the campaign's lists, for subscriber ids
 -- in (after, hi]. The Message-ID is fixed here, so every attempt of the job carries the same one
--- (invariant 9). The range is spelled on both tables so each is read through its key, not
+-- (invariant 9); its token is HMAC-SHA256 over "broadcast.subscriber" with the Message-ID key,
+-- made from the key's padded forms `ikey`, `okey` (bounces/verp.py): a recipient cannot make
+-- another's, so a report quoting it is about that job (invariant 10). Two sha256() a row cost
+-- about what bench/enqueue.py shows (docs/bounce-forgery-2026-12-07.md). The range is spelled on both tables so each is read through its key, not
 -- scanned. Chunks never overlap (each part's range is its own, its cursor moves with its jobs,
 -- its row is locked while a chunk runs), so a job that exists already is never expected; the
 -- unique key still refuses one. Plain, the insert costs about a quarter less than with ON
@@ -96,8 +102,11 @@ WHERE cl.campaign_id = %(c)s
 -- without one), so a segment narrows the same one set-based pass.
 INSERT INTO broadcast_jobs (broadcast_id, subscriber_id, email, message_id)
 SELECT %(b)s::bigint, s.id, s.email,
-       '<sd.' || %(b)s::bigint || '.' || s.id || '.' || %(token)s::text || '@'
-       || %(domain)s::text || '>'
+       '<sd.' || %(b)s::bigint || '.' || s.id || '.'
+       || encode(substr(sha256(%(okey)s::bytea
+                               || sha256(%(ikey)s::bytea || (%(b)s::bigint || '.' || s.id)::bytea)),
+                        1, 16), 'hex')
+       || '@' || %(domain)s::text || '>'
 FROM subscribers s
 WHERE s.id > %(after)s AND s.id <= %(hi)s AND s.status = 'active'
   AND s.id IN (SELECT m.subscriber_id FROM list_memberships m
@@ -417,8 +426,8 @@ WHERE j.id = d.id
 -- Invariant 8: "done" is observable. A broadcast is finished (and, by the trigger
 -- campaign_follows_broadcast, its campaign sent) only when it is fully enqueued (no
 -- broadcast_enqueues row: the last chunk deletes it with its jobs) and no job is pending,
--- sending or retry. A cancelled broadcast's jobs that were in flight when it was cancelled, and
--- came back as retry or pending (release), are cancelled here too.
+-- sending, retry or unconfirmed. A cancelled broadcast's jobs that were in flight when it was
+-- cancelled, and came back as retry or pending (release), are cancelled here too.
 -- `seen` is the broadcast as of this statement's snapshot; if retry-failed reopened it since
 -- (bump_generation), the re-read row no longer matches and it is not finished.
 WITH leftovers AS (
@@ -430,16 +439,12 @@ UPDATE broadcasts b SET status = 'finished', finished_at = now()
 FROM broadcasts seen
 WHERE seen.id = b.id AND b.generation = seen.generation AND b.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM broadcast_enqueues e WHERE e.broadcast_id = b.id)
-  -- No job left in pending, sending or retry: its total less its jobs in a final state, from
-  -- the counters (queue/counts.py), a few rows however big it is (a NOT EXISTS over its jobs
-  -- walked every sent one before the first pending, each call: 123 ms to 0.7 ms).
-  AND (SELECT coalesce(sum(CASE WHEN k.state = 'total' THEN k.n
-                                WHEN k.state = 'retry' THEN 0 ELSE -k.n END), 0)
-       FROM broadcast_counts k WHERE k.broadcast_id = b.id) = 0
-  -- Nor unconfirmed (issue 23): a person has to resend or confirm it before the campaign is
-  -- `sent`, so "sent" never hides a message that may not have gone.
-  AND coalesce((SELECT sum(k.n) FROM broadcast_counts k
-                WHERE k.broadcast_id = b.id AND k.state = 'unconfirmed'), 0) = 0
+  -- No job left in pending, sending, retry or unconfirmed: the one definition of unfinished
+  -- (senddock_unfinished, migration 0026), from the counters, a few rows however big the
+  -- broadcast is (a NOT EXISTS over its jobs walked every sent one before the first pending,
+  -- each call: 123 ms to 0.7 ms). A later report's counter never changes it (issue 33), and an
+  -- unconfirmed job keeps it open until a person resends or confirms it (issue 23).
+  AND senddock_unfinished(b.id) = 0
 RETURNING b.campaign_id AS id
 
 -- name: pause_for_sender_fault

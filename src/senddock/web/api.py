@@ -26,6 +26,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import optin, signup, suppressions
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
+from senddock.bounces import store as bounce_store
 from senddock.campaigns import compose, edits
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.trial import send_test
@@ -322,9 +323,10 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
 
 
 @router.get("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
-def get_campaign(conn: Db, campaign_id: CampaignId) -> s.CampaignStatus:
+def get_campaign(conn: Db, campaign_id: CampaignId, request: Request) -> s.CampaignStatus:
     """State and exact counts: the same keys as `senddock campaign status --json`."""
-    return _status(conn, campaign_id)
+    lease = request.app.state.settings.lease_seconds
+    return s.CampaignStatus(**campaigns.status(conn, campaign_id, lease))
 
 
 @router.patch("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
@@ -513,6 +515,23 @@ def campaign_recipients(
     return s.RecipientPage(page=page, per_page=per_page, total=total, items=items)
 
 
+# -- bounces -----------------------------------------------------------------------------------
+
+
+@router.get("/bounces", tags=["bounces"], response_model=s.BounceList)
+def list_bounces(
+    conn: Db,
+    campaign_id: Annotated[int | None, Query(ge=1, le=s.BIGINT)] = None,
+    kind: Annotated[s.BounceKind | None, Query()] = None,
+    reason: Annotated[str | None, Query(pattern="^[a-z]{1,40}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> s.BounceList:
+    """The newest bounce and complaint findings, with their kind and reason (userunknown,
+    mailboxfull, blocked, feedback, …), as `senddock bounces list` shows them."""
+    rows, more = bounce_store.findings(conn, campaign_id, kind, limit, reason)
+    return s.BounceList(items=[s.BounceFinding(**r) for r in rows], more=more)
+
+
 # -- suppressions, workers ------------------------------------------------------------------
 
 
@@ -545,6 +564,8 @@ def remove_suppression(
 
 
 @router.get("/workers", tags=["operations"], response_model=list[s.WorkerInfo])
-def workers(conn: Db) -> list[s.WorkerInfo]:
-    """Registered workers, their heartbeat age (database clock) and the jobs each holds."""
-    return [s.WorkerInfo(**r) for r in list_workers(conn)]
+def workers(conn: Db, request: Request) -> list[s.WorkerInfo]:
+    """Registered workers, their heartbeat age (database clock), health and the jobs each
+    holds."""
+    lease = request.app.state.settings.lease_seconds
+    return [s.WorkerInfo(**r) for r in list_workers(conn, lease)]

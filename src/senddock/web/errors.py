@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from senddock.errors import SendDockError
+from senddock.errors import Invalid, SendDockError
 from senddock.web import auth
 from senddock.web.dashboard.views import error_page
 
@@ -70,6 +70,14 @@ def allowed(request: Request) -> str:
     return ", ".join(found)
 
 
+def refusal(request: Request, message: str, field: str | None = None) -> Response:
+    """Bad input the framework or Postgres refused: the error shape under /api/, elsewhere
+    (the dashboard: `/subscribers?q=%00`) the error page with the message, never JSON."""
+    if request.url.path.startswith("/api/"):
+        return body(422, message, field)
+    return error_page(request, Invalid(message, field=field))
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every expected failure into the error shape."""
 
@@ -86,14 +94,14 @@ def install(app: FastAPI) -> None:
     async def csrf_failed(_: Request, __: Exception) -> Response:
         return auth.csrf_refused()
 
-    async def validation(_: Request, exc: Exception) -> Response:
+    async def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
         field = loc[-1] if len(loc) > 1 else (loc[0] if loc else None)
         where = ".".join(loc[1:]) or (loc[0] if loc else "request")
         message = f"{where}: {first.get('msg', 'invalid')}"
-        return body(422, message, field)
+        return refusal(request, message, field)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -111,7 +119,7 @@ def install(app: FastAPI) -> None:
     async def data_error(request: Request, exc: Exception) -> Response:
         # Input Postgres cannot hold (a NUL byte, a number out of range): the client's fault.
         log.info("refused input on %s: %s", request.url.path, exc)
-        return body(422, f"invalid input: {str(exc).splitlines()[0]}")
+        return refusal(request, f"invalid input: {str(exc).splitlines()[0]}")
 
     app.add_exception_handler(SendDockError, refused)
     app.add_exception_handler(auth.NotAuthenticated, not_authenticated)

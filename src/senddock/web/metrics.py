@@ -8,6 +8,7 @@ process (and every worker) shows the same numbers: the queue is the truth.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +27,15 @@ from psycopg_pool import PoolTimeout
 
 from senddock.db import check_current, sql
 from senddock.db.migrate import MigrationError
-from senddock.queue.counts import FAILURES, JOB_STATUSES, LATER, all_counts
+from senddock.queue.counts import (
+    FAILURES,
+    JOB_STATUSES,
+    LATER,
+    WAITING,
+    all_counts,
+    counts_of,
+    shown_status,
+)
 from senddock.web import auth
 from senddock.web.errors import RESPONSES
 from senddock.web.schemas import Ready
@@ -108,6 +117,19 @@ class QueueCollector(Collector):
         for klass in ("2xx", "3xx", "4xx", "5xx"):
             replies.add_metric([klass], float(found.get(klass, 0)))
         yield replies
+
+        open_ = c.execute(QUERIES["open_campaigns"]).fetchall()
+        of = counts_of(c, [int(r["broadcast_id"]) for r in open_])
+        states = Counter(shown_status(r["status"], of[int(r["broadcast_id"])]) for r in open_)
+        campaigns = GaugeMetricFamily(
+            "senddock_open_campaigns",
+            "Campaigns sending or paused, by the state a person reads (waiting for a decision:"
+            " only unconfirmed jobs are left)",
+            labels=["state"],
+        )
+        for state in ("sending", "paused", WAITING):
+            campaigns.add_metric([state], float(states.get(state, 0)))
+        yield campaigns
 
         w = c.execute(QUERIES["workers"], (self.lease,)).fetchone()
         assert w is not None

@@ -15,10 +15,18 @@ SELECT (last_code / 100)::text || 'xx' AS class, count(*) AS n FROM broadcast_jo
 WHERE last_code BETWEEN 200 AND 599 GROUP BY 1
 
 -- name: workers
--- Live workers (heartbeat within the lease, on the database clock) and registered ones.
-SELECT count(*) FILTER (WHERE heartbeat_at > now() - make_interval(secs => %s)) AS live,
+-- Live workers (not stopping, heartbeat within the lease on the database clock:
+-- senddock_heartbeat_age, the rescuer's and `senddock workers`' too) and registered ones.
+SELECT count(*) FILTER (WHERE NOT stopping AND senddock_heartbeat_age(heartbeat_at) <= %s)
+           AS live,
        count(*) AS registered
 FROM workers
+
+-- name: open_campaigns
+-- Campaigns sending or paused, with their broadcast: their state as a person reads it
+-- (queue.counts.shown_status) is counted per state.
+SELECT status, broadcast_id FROM campaigns
+WHERE status IN ('sending', 'paused') AND broadcast_id IS NOT NULL
 
 -- name: deaths
 -- Worker processes found dead (delivery/rescuer.py), and the latest one's time and reason.

@@ -16,7 +16,7 @@ import psycopg
 from senddock.campaigns import UnknownCampaign
 from senddock.campaigns.recipients import page as recipient_page
 from senddock.db import sql
-from senddock.queue.counts import Counts, counts_of
+from senddock.queue.counts import Counts, counts_of, shown_status
 
 QUERIES = sql.load(__package__, "queries.sql")
 
@@ -116,7 +116,7 @@ def progress(counts: dict[str, Any], status: str) -> dict[str, Any]:
     cancel: its cancelled jobs are final, but a bar full of them read as "100 % done"."""
     total = int(counts.get("total", 0))
     went = int(counts.get("sent", 0)) + int(counts.get("failed", 0))
-    done = went + int(counts.get("cancelled", 0))
+    done = total - int(counts.get("unfinished", 0))  # Counts.done: the one definition
     shown = went if status == "cancelled" else done
     percent = shown * 100 // total if total else (100 if status == "sent" else 0)
     return {**counts, "done": done, "percent": percent}
@@ -147,7 +147,11 @@ def campaigns_page(
     page = []
     for r in rows:
         of = counts.get(r["broadcast_id"], none)
-        shown = {**progress(of.as_dict(), r["status"]), "complaint_rate": of.complaint_rate}
+        shown = {
+            **progress(of.as_dict(), r["status"]),
+            "complaint_rate": of.complaint_rate,
+            "state": shown_status(r["status"], of),
+        }
         page.append({**r, "lists": list(r["lists"]), **shown})
     return page, total
 

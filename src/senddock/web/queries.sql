@@ -104,7 +104,7 @@ SELECT date_trunc('minute', now()) AS now
 
 -- name: suppressions
 -- One page of the suppression list, optionally matching a pattern and of one reason.
-SELECT email, reason, created_at, coalesce(detail, '') AS detail
+SELECT email, reason, created_at, coalesce(detail, '') AS detail, bounce_reason
 FROM suppressions
 WHERE (%(q)s::text IS NULL OR email ILIKE %(q)s)
   AND (%(reason)s::text IS NULL OR reason = %(reason)s)
@@ -130,7 +130,8 @@ WHERE m.subscriber_id = %(id)s ORDER BY l.name
 -- broadcast_jobs_once by skip scan, one descent per broadcast, however many jobs each has
 -- (no index on subscriber_id, which every enqueue would pay for: 0024, bench/subscriber_page.py).
 SELECT j.id, c.id AS campaign_id, c.name AS campaign, j.status, j.failure, j.attempts,
-       j.sent_at, j.last_code, j.last_enhanced, j.last_reply, j.bounce_kind, j.updated_at
+       j.sent_at, j.last_code, j.last_enhanced, j.last_reply, j.bounce_kind, j.bounce_reason,
+       j.updated_at
 FROM broadcast_jobs j JOIN broadcasts b ON b.id = j.broadcast_id
 JOIN campaigns c ON c.id = b.campaign_id
 WHERE j.subscriber_id = %(id)s
@@ -140,7 +141,7 @@ ORDER BY j.id DESC LIMIT %(limit)s OFFSET %(offset)s
 -- One page of the bounces and complaints reported about a subscriber after the 250, newest
 -- first: those matched to one of their jobs (bounce_findings_matched, 0024) and those that
 -- matched no job but name their address (bounce_findings_recipient, 0014).
-SELECT f.id, f.kind, f.status, f.reply, f.diagnostic, f.created_at, f.broadcast_id,
+SELECT f.id, f.kind, f.reason, f.status, f.reply, f.diagnostic, f.created_at, f.broadcast_id,
        m.source, c.id AS campaign_id, c.name AS campaign
 FROM bounce_findings f JOIN bounce_messages m ON m.id = f.message_id
 LEFT JOIN broadcasts b ON b.id = f.broadcast_id LEFT JOIN campaigns c ON c.id = b.campaign_id

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from senddock.messages.render import address_count
+from senddock.messages.render import HeaderError, one_mailbox
 
 BIGINT = 2**63 - 1
 MAX_PER_PAGE = 500
@@ -25,8 +25,10 @@ def _no_nul(value: str) -> str:
 
 def _one_from(value: str) -> str:
     # campaigns.create_campaign refuses it too (messages.render): here it is the field's 422.
-    if address_count(value) > 1:
-        raise ValueError("give one From address, not several")
+    try:
+        one_mailbox("from", value, field="from_addr")
+    except HeaderError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 
@@ -50,6 +52,12 @@ Id = Annotated[int, Field(ge=1, le=BIGINT)]
 Attributes = dict[str, Any]
 
 Reason = Literal["bounce", "unsubscribe", "complaint", "manual"]
+# Why a bounce failed (bounces.classify: userunknown, mailboxfull, blocked, feedback, …); a
+# word, not a closed list: the taxonomy may grow. None on reports recorded before 0027.
+BounceReason = Annotated[
+    str, Field(description="Why it failed: userunknown, mailboxfull, blocked, feedback, …")
+]
+BounceKind = Literal["hard", "soft", "policy", "complaint"]
 
 
 class Strict(BaseModel):
@@ -80,6 +88,7 @@ class Suppression(BaseModel):
     created_at: datetime
     detail: str | None = None
     source_broadcast_id: int | None = None
+    bounce_reason: BounceReason | None = None
 
 
 class SubscriberMessage(BaseModel):
@@ -249,6 +258,13 @@ class CampaignStatus(BaseModel):
     id: int
     name: str
     status: str
+    state: str = Field(
+        description="What a person reads: the status, or 'waiting for a decision' once only"
+        " unconfirmed recipients are left (confirm or resend them)"
+    )
+    no_live_worker: bool = Field(
+        default=False, description="It has work for a worker and no worker is live"
+    )
     broadcast_id: int | None
     total: int
     pending: int
@@ -269,6 +285,10 @@ class CampaignStatus(BaseModel):
     soft_later: SoftLater = 0
     policy_later: PolicyLater = 0
     complaints: Complaints = 0
+    unfinished: int = Field(
+        default=0,
+        description="Jobs pending, sending, retry or unconfirmed: the campaign is sent at 0",
+    )
     complaint_rate: ComplaintRate = 0.0
     retryable: int = Field(
         default=0, description="Failed, not bounced nor suppressed: what retry-failed sends again"
@@ -300,6 +320,7 @@ class CampaignSummary(LaterCounts):
     id: int
     name: str
     status: str
+    state: str = Field(description="What a person reads (see CampaignStatus.state)")
     subject: str
     from_addr: str
     lists: list[str]
@@ -463,6 +484,31 @@ class RecipientPage(Page):
 # -- suppressions, workers ----------------------------------------------------------------
 
 
+class BounceFinding(BaseModel):
+    """One recipient a returned message or provider event reported on (bounces.store)."""
+
+    id: int
+    created_at: datetime
+    kind: BounceKind
+    reason: BounceReason | None
+    recipient: str | None
+    status: str | None
+    reply: str | None
+    diagnostic: str | None
+    broadcast_id: int | None
+    subscriber_id: int | None
+    campaign_id: int | None
+    message: int = Field(description="The returned message or event the finding came from")
+    state: str
+    source: str
+    why: str | None
+
+
+class BounceList(BaseModel):
+    items: list[BounceFinding]
+    more: int = Field(description="How many more findings match than `limit` shows")
+
+
 class SuppressionIn(Strict):
     email: Address
     reason: Reason = "manual"
@@ -487,6 +533,9 @@ class WorkerInfo(BaseModel):
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age: float
+    health: Literal["live", "late", "stopping", "dead"] = Field(
+        description="dead: silent past the lease; a live worker rescues what it holds"
+    )
     stopping: bool
     holding: int
 

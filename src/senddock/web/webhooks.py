@@ -26,7 +26,10 @@ a dashboard session gives it nothing. In order:
 Replay: Mailgun and SendGrid signatures older than 15 minutes are refused; within that
 window the digest makes an exact replay change nothing. Mailgun signs only its timestamp
 and token, not the event, so its event is keyed by the token: the same token with another
-body changes nothing either.
+body changes nothing either. SNS signs some fields of its JSON only: its event is keyed by its
+topic and signed MessageId, so a replay with other unsigned bytes is the same event. A signed
+event whose text Postgres cannot keep (a lone surrogate, a NUL) is stored with U+FFFD and
+answered 200, never 500 (a provider would retry it forever).
 """
 
 from __future__ import annotations
@@ -228,7 +231,12 @@ class Webhooks:
             return _answer(503, "could not reach SNS: send it again", **BUSY)
         if message.type != "Notification":
             return JSONResponse({"new": False, "findings": 0})
-        return self._store("ses", body, message.findings)
+        # SNS delivers a message again as it retries, and anyone may replay it: its MessageId
+        # (signed) makes it one event, whatever unsigned bytes around it changed.
+        identity = None
+        if message.message_id:
+            identity = f"{message.topic}\0{message.message_id}".encode("utf-8", "surrogatepass")
+        return self._store("ses", body, message.findings, identity=identity)
 
     async def ses(self, request: Request) -> Response:
         if not self.topics:
@@ -242,8 +250,9 @@ class Webhooks:
         assert key is not None
         event = providers.verify_mailgun(body, key.get_secret_value())
         signature = json.loads(body)["signature"]
-        token = f"{signature.get('timestamp')}.{signature.get('token')}".encode()
-        return self._store("mailgun", body, providers.mailgun_findings(event), identity=token)
+        token = f"{signature.get('timestamp')}.{signature.get('token')}"
+        identity = token.encode("utf-8", "surrogatepass")
+        return self._store("mailgun", body, providers.mailgun_findings(event), identity=identity)
 
     async def mailgun(self, request: Request) -> Response:
         if self.settings.mailgun_signing_key is None:
@@ -283,7 +292,8 @@ class Webhooks:
         # Postmark reports its own MessageID; ours is in the bounce itself ("Content", when
         # the webhook includes it), in the returned original's headers.
         content = json.loads(body).get("Content")
-        ours = parse(content.encode()).message_id if isinstance(content, str) else None
+        returned = content.encode("utf-8", "replace") if isinstance(content, str) else None
+        ours = parse(returned).message_id if returned is not None else None
         return self._store("postmark", body, findings, ours)
 
     async def postmark(self, request: Request) -> Response:

@@ -50,10 +50,10 @@ def campaign_list(request: Request, page: str = "1", archived: str = "") -> Resp
     )
 
 
-def live_state(conn: Conn, campaign_id: int, chart: bool = True) -> dict[str, Any]:
+def live_state(conn: Conn, campaign_id: int, lease: float, chart: bool = True) -> dict[str, Any]:
     """Status, exact counts, progress, send rate and (with `chart`) the chart's SVG: what the
     campaign page shows and what its event stream pushes."""
-    state = campaigns.status(conn, campaign_id)  # UnknownCampaign
+    state = campaigns.status(conn, campaign_id, lease)  # UnknownCampaign
     state = queries.progress(state, state["status"])
     bid = state["broadcast_id"]
     state["rate"] = queries.rate(conn, bid) if bid else 0
@@ -149,7 +149,7 @@ def campaign_page(
         about = queries.campaign(conn, campaign_id)
         if about is None:
             return not_found(request, f"There is no campaign {campaign_id}.")
-        state = live_state(conn, campaign_id)
+        state = live_state(conn, campaign_id, request.app.state.settings.lease_seconds)
         rows: list[dict[str, Any]] = []
         if about["broadcast_id"]:
             rows = recipients_page(

@@ -33,7 +33,7 @@ from senddock.web.dashboard.views import Page, db, render
 log = logging.getLogger("senddock.web.dashboard")
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
 
-CAMPAIGN_KEYS = ("id", "status", "total", "sent", "failed", "cancelled", "done", "percent")
+CAMPAIGN_KEYS = ("id", "status", "state", "total", "sent", "failed", "cancelled", "done", "percent")
 # Keep-alive comments, so proxies do not close a quiet stream.
 PING_SECONDS = 15
 # On shutdown, streams get this long to end cleanly before they are cut.
@@ -154,10 +154,12 @@ async def campaign_list_events(request: Request, page: str = "1") -> Response:
 async def campaign_events(request: Request, campaign_id: int) -> Response:
     """One campaign's status, counts, progress and send rate; the chart every 2 seconds."""
 
+    lease = float(request.app.state.settings.lease_seconds)
+
     def read(tick: int) -> dict[str, Any] | None:
         with db(request) as conn:
             try:
-                state = live_state(conn, campaign_id, chart=tick % 2 == 0)
+                state = live_state(conn, campaign_id, lease, chart=tick % 2 == 0)
             except NotFound:
                 return None
         return state
@@ -191,16 +193,12 @@ async def worker_events(request: Request) -> Response:
 
     def read(_: int) -> dict[str, Any]:
         with db(request) as conn:
-            rows = list_workers(conn)
-        return {"workers": [worker_row(r, lease) for r in rows]}
+            rows = list_workers(conn, lease)
+        return {"workers": [worker_row(r) for r in rows]}
 
     return stream(request, 2.0, read, "workers")
 
 
-def worker_row(row: dict[str, Any], lease: float) -> dict[str, Any]:
-    """A worker as the page shows it; `health` is live, late (half a lease) or silent."""
-    age = float(row["heartbeat_age"] or 0.0)
-    health = "live" if age < lease / 2 else "late" if age < lease else "silent"
-    if row["stopping"]:
-        health = "stopping"
-    return {**row, "heartbeat_age": round(age, 1), "health": health}
+def worker_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A worker as the page shows it: its health as list_workers judged it (database clock)."""
+    return {**row, "heartbeat_age": round(float(row["heartbeat_age"] or 0.0), 1)}

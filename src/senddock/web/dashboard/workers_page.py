@@ -18,6 +18,6 @@ router = APIRouter(include_in_schema=False, route_class=LoggedIn)
 def workers(request: Request) -> Response:
     lease = float(request.app.state.settings.lease_seconds)
     with db(request) as conn:
-        rows = [worker_row(r, lease) for r in list_workers(conn)]
+        rows = [worker_row(r) for r in list_workers(conn, lease)]
         died = deaths(conn, limit=20)
     return render(request, "workers.html", title="Workers", workers=rows, lease=lease, deaths=died)

@@ -26,7 +26,7 @@
         return;
       }
       el.textContent = value === null || value === undefined ? "" : String(value);
-      if (key === "status") el.setAttribute("data-status", String(value));
+      if (key === "status" || key === "state") el.setAttribute("data-status", String(value));
       if (el.hasAttribute("data-hide-empty")) el.hidden = !value;
     });
     if ("status" in data) {
@@ -58,7 +58,8 @@
     campaign: function (data, root) {
       fill(root, data);
       // Blocks that appear once something happens: a worker died, jobs turned unconfirmed.
-      [["[data-worker-deaths]", "worker_deaths"], ["[data-unconfirmed]", "unconfirmed"]]
+      [["[data-worker-deaths]", "worker_deaths"], ["[data-unconfirmed]", "unconfirmed"],
+        ["[data-no-worker]", "no_live_worker"]]
         .forEach(function (pair) {
           var block = root.querySelector(pair[0]);
           if (block && pair[1] in data) block.hidden = !data[pair[1]];
@@ -116,14 +117,48 @@
     },
   };
 
+  // Each live block keeps its stream: the page says when it is lost ([data-stream]) and opens
+  // it again, at once after a normal end and then every 1 s doubling to 30 s while the server
+  // cannot be reached (EventSource retries by itself only while it is CONNECTING).
   document.querySelectorAll("[data-sse]").forEach(function (root) {
     var name = root.getAttribute("data-event");
     var handle = handlers[name];
     if (!handle || !window.EventSource) return;
-    var source = new EventSource(root.getAttribute("data-sse"));
-    source.addEventListener(name, function (event) {
-      handle(JSON.parse(event.data), root, source);
-    });
+    var shown = root.querySelector("[data-stream]") || document.querySelector("[data-stream]");
+    var delay = 1000;
+    var done = false;
+    function say(state, text) {
+      if (!shown) return;
+      shown.setAttribute("data-state", state);
+      shown.textContent = text;
+    }
+    function connect() {
+      var source = new EventSource(root.getAttribute("data-sse"));
+      var closer = {
+        close: function () {
+          done = true;
+          source.close();
+          say("ended", "Live updates: ended");
+        },
+      };
+      source.addEventListener("open", function () {
+        delay = 1000;
+        say("live", "Live updates: on");
+      });
+      source.addEventListener(name, function (event) {
+        say("live", "Live updates: on");
+        handle(JSON.parse(event.data), root, closer);
+      });
+      source.addEventListener("error", function () {
+        if (done) return;
+        say("lost", "Live updates: connection lost, reconnecting…");
+        if (source.readyState === EventSource.CLOSED) {
+          window.setTimeout(connect, delay);
+          delay = Math.min(delay * 2, 30000);
+        }
+      });
+    }
+    connect();
   });
 
   document.addEventListener("submit", function (event) {
