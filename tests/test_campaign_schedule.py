@@ -156,7 +156,8 @@ def test_campaign_test_sends_the_rendered_message_without_a_broadcast(
     }
     assert set(got) == {"ada@example.com", "qa@example.net"}
     assert got["ada@example.com"]["Subject"] == "Hi Ada"
-    assert got["qa@example.net"]["Subject"] == "Hi"
+    # Not a subscriber: rendered as the first of the audience, not a blank one (issue 35).
+    assert got["qa@example.net"]["Subject"] == "Hi Ada"
     assert str(got["ada@example.com"]["Message-ID"]).startswith(f"<test.{cid}.")
     assert got["ada@example.com"]["List-Unsubscribe"] is not None
     # No broadcast, no job rows: the campaign is still a draft.

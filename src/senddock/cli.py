@@ -41,7 +41,7 @@ from senddock.db import check_current, connect, database_url, migrate
 from senddock.db.connect import default_data_dir
 from senddock.errors import SendDockError
 from senddock.queue import bounces as effects
-from senddock.queue.counts import COMPLAINT_LIMIT
+from senddock.queue.counts import COMPLAINT_LIMIT, bounced_at_send
 from senddock.words import plural
 
 log = logging.getLogger("senddock")
@@ -1232,9 +1232,11 @@ def lists_show_cmd() -> None:
         for row in lists_api.all_lists(conn):
             opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
             opt += "  public sign-up" if row["public"] else ""
+            # Members whose address is suppressed are in neither count before (issue 35).
+            held = f", {row['suppressed']} suppressed" if row["suppressed"] else ""
             click.echo(
                 f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
-                f" {row['unsubscribed']} unsubscribed{opt}"
+                f" {row['unsubscribed']} unsubscribed{held}{opt}"
             )
             for line in (row["description"] or "").splitlines():
                 click.echo(f"  {line}")
@@ -1740,6 +1742,8 @@ def bounces_list(
 
     with db() as conn:
         rows, more = findings(conn, campaign, kind, limit, reason)
+        bare = kind in (None, "hard") and reason is None
+        at_send = bounced_at_send(conn, campaign) if bare else {}
     for r in rows:
         if as_json:
             click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
@@ -1755,9 +1759,16 @@ def bounces_list(
             f"{r['status'] or '-'} {about} (message {r['message']}: {r['state']}, {r['source']})"
         )
     if not as_json and not rows:
-        click.echo("no findings")
+        click.echo("no later reports" if at_send else "no findings")
     if more:
         click.echo(f"{more} more (see --limit)", err=as_json)
+    # Refusals at RCPT are bounces too, kept with their jobs, not as findings: say where.
+    for cid, n in at_send.items():
+        click.echo(
+            f"campaign {cid}: {plural(n, 'recipient')} refused at RCPT (bounced at send):"
+            f" senddock campaign recipients {cid} --status bounced",
+            err=as_json,
+        )
 
 
 def _jsonable(value: Any) -> Any:

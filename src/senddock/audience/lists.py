@@ -187,7 +187,8 @@ def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> dict[str
 
 
 def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every list with its options and member counts by status."""
+    """Every list with its options and member counts by status; members whose address is
+    suppressed are counted apart (`suppressed`), in neither confirmed nor unconfirmed."""
     return conn.execute(QUERIES["all_lists"]).fetchall()
 
 

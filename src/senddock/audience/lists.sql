@@ -20,14 +20,34 @@ UPDATE lists SET double_opt_in = coalesce(%(double_opt_in)s, double_opt_in),
 WHERE id = %(list)s;
 
 -- name: all_lists
--- Every list with its options and its members counted by membership status in one pass
--- (a LEFT JOIN, so an empty list shows with zero counts).
+-- Every list with its options and its members counted by membership status, a suppressed
+-- address (no broadcast sends to it) counted apart as `suppressed`, never as confirmed or
+-- unconfirmed (issue 35). The suppressed members are found from the suppressions (few) by
+-- address, then their memberships by skip scan of the primary key (Postgres 18).
+WITH members AS (
+    SELECT list_id,
+           count(*) FILTER (WHERE status = 'confirmed') AS confirmed,
+           count(*) FILTER (WHERE status = 'unconfirmed') AS unconfirmed,
+           count(*) FILTER (WHERE status = 'unsubscribed') AS unsubscribed
+    FROM list_memberships GROUP BY list_id
+), held AS (
+    SELECT m.list_id,
+           count(*) FILTER (WHERE m.status = 'confirmed') AS confirmed,
+           count(*) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed
+    FROM suppressions x
+    JOIN subscribers s ON lower(s.email) = lower(x.email)
+    JOIN list_memberships m ON m.subscriber_id = s.id AND m.status <> 'unsubscribed'
+    GROUP BY m.list_id
+)
 SELECT l.id, l.name, l.description, l.double_opt_in, l.from_addr, l.public, l.consent_text,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'confirmed') AS confirmed,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'unconfirmed') AS unconfirmed,
-       count(m.subscriber_id) FILTER (WHERE m.status = 'unsubscribed') AS unsubscribed
-FROM lists l LEFT JOIN list_memberships m ON m.list_id = l.id
-GROUP BY l.id ORDER BY l.name;
+       coalesce(c.confirmed, 0) - coalesce(h.confirmed, 0) AS confirmed,
+       coalesce(c.unconfirmed, 0) - coalesce(h.unconfirmed, 0) AS unconfirmed,
+       coalesce(c.unsubscribed, 0) AS unsubscribed,
+       coalesce(h.confirmed + h.unconfirmed, 0) AS suppressed
+FROM lists l
+LEFT JOIN members c ON c.list_id = l.id
+LEFT JOIN held h ON h.list_id = l.id
+ORDER BY l.name;
 
 -- name: create_list
 -- A new list with its description; no row back when the name is taken (create refuses it

@@ -115,3 +115,13 @@ def count(conn: Conn, filter_text: str | None, list_ids: Sequence[int] | None = 
     params = {"lists": None if list_ids is None else list(list_ids), **where.params}
     row = conn.execute(statement, params).fetchone()
     return int(row["n"]) if row else 0
+
+
+def first(conn: Conn, filter_text: str | None, list_ids: Sequence[int]) -> dict[str, Any] | None:
+    """The first (lowest id) of those `count` counts: id, email, name, attributes; None when
+    nobody would receive it."""
+    where = condition(filter_text)
+    statement = pgsql.SQL(QUERIES["audience_first"]).format(audience=where.sql)
+    params = {"lists": list(list_ids), **where.params}
+    row: dict[str, Any] | None = conn.execute(statement, params).fetchone()
+    return row

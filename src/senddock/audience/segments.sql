@@ -36,3 +36,19 @@ WHERE s.status = 'active'
                     AND m.status = 'confirmed'))
   AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
   AND {audience}
+
+-- name: audience_first
+-- The first of who would receive a broadcast now (audience_count's rows, lowest id first):
+-- the subscriber a preview or a test send renders as (issue 35). Walks the primary key and
+-- stops at the first match.
+SELECT s.id, s.email, s.name, s.attributes
+FROM subscribers s
+WHERE s.status = 'active'
+  AND (%(lists)s::bigint[] IS NULL
+       OR EXISTS (SELECT 1 FROM list_memberships m
+                  WHERE m.list_id = ANY(%(lists)s::bigint[]) AND m.subscriber_id = s.id
+                    AND m.status = 'confirmed'))
+  AND NOT EXISTS (SELECT 1 FROM suppressions x WHERE lower(x.email) = lower(s.email))
+  AND {audience}
+ORDER BY s.id
+LIMIT 1

@@ -39,8 +39,13 @@ def audience(conn: Conn, campaign_id: int) -> Audience:
     return Audience(text, row["segment_name"])
 
 
+def list_ids(conn: Conn, campaign_id: int) -> list[int]:
+    """The ids of the lists campaign `campaign_id` sends to."""
+    rows = conn.execute(QUERIES["campaign_list_ids"], {"c": campaign_id}).fetchall()
+    return [int(r["list_id"]) for r in rows]
+
+
 def preview_count(conn: Conn, campaign_id: int) -> int:
     """How many would receive campaign `campaign_id` if it were sent now."""
     who = audience(conn, campaign_id)
-    rows = conn.execute(QUERIES["campaign_list_ids"], {"c": campaign_id}).fetchall()
-    return segments.count(conn, who.filter, [int(r["list_id"]) for r in rows])
+    return segments.count(conn, who.filter, list_ids(conn, campaign_id))

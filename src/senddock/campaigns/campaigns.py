@@ -218,6 +218,7 @@ def status(
         "broadcast_id": c["broadcast_id"],
         **counts.as_dict(),
         "complaint_rate": counts.complaint_rate,
+        "retryable": counts.retryable,
         "pause_reason": c["pause_reason"],
         "last_sender_fault": c["last_sender_fault"],
         # Still being enqueued in the background: `total` is the jobs enqueued so far.
@@ -244,13 +245,20 @@ def status(
     }
 
 
-def reply_summary(job: dict[str, Any]) -> str:
-    """`code enhanced reply (stage)` of a job's last reply, whatever of it there is, one line."""
+def reply_line(job: dict[str, Any]) -> str:
+    """`code enhanced reply` of a job's last reply, one line, the enhanced code once (the
+    stored text usually begins with it: "250 2.0.0 2.0.0 queued" was shown, issue 35). Every
+    surface that shows a reply as text shows this."""
     reply = " ".join(str(job.get("last_reply") or "").split())
     enhanced = job.get("last_enhanced")
-    if enhanced and reply.startswith(str(enhanced)):
+    if enhanced and reply.split(" ", 1)[0] == str(enhanced):
         enhanced = None  # the reply text begins with it already
-    text = " ".join(str(p) for p in (job.get("last_code"), enhanced, reply) if p)
+    return " ".join(str(p) for p in (job.get("last_code"), enhanced, reply) if p)
+
+
+def reply_summary(job: dict[str, Any]) -> str:
+    """`code enhanced reply (stage)` of a job's last reply, whatever of it there is, one line."""
+    text = reply_line(job)
     return f"{text} ({job['last_stage']})" if job.get("last_stage") else text
 
 

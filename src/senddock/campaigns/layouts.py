@@ -15,12 +15,13 @@ from typing import Any
 
 import psycopg
 
+from senddock.audience import segments
 from senddock.campaigns.template_check import _sample, check_names
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import Links, check_header, compile_message, html_to_text
 from senddock.messages.layout import Layout, bodies, check_markdown_syntax, has_slot
-from senddock.messages.render import MAX_BODY, TemplateProblem
+from senddock.messages.render import MAX_BODY, Recipient, SampleAttributes, TemplateProblem
 
 QUERIES = sql.load(__package__, "layouts.sql")
 MAX_NAME = 200
@@ -255,6 +256,18 @@ def checked_bodies(
     return Chosen(text, html, row.id, text_body)
 
 
+def first_recipient(
+    conn: Conn, list_ids: list[int], audience_filter: str | None
+) -> Recipient | None:
+    """The first subscriber a broadcast to these lists, narrowed by `audience_filter`, would
+    go to now, as a preview or a test renders them; None when there is nobody."""
+    row = segments.first(conn, audience_filter, list_ids) if list_ids else None
+    if row is None:
+        return None
+    attributes = SampleAttributes(row["attributes"] or {})
+    return Recipient(row["email"], row["name"], attributes, int(row["id"]))
+
+
 @dataclass(frozen=True)
 class DraftPreview:
     """A draft's message for one sample subscriber, rendered now (nothing is stored)."""
@@ -276,12 +289,17 @@ def preview_draft(
     html_body: str | None,
     markdown_body: str | None,
     layout: str | None,
+    segment: str | None = None,
+    audience_filter: str | None = None,
 ) -> DraftPreview:
-    """What a campaign of these fields would send to the first subscriber of its lists (a
-    sample subscriber when there is none): the same checks and errors as create."""
+    """What a campaign of these fields would send to the first of its audience (its lists
+    narrowed by its own filter, else by its segment's; a sample subscriber when there is
+    nobody): the same checks and errors as create."""
     chosen = checked_bodies(conn, layout, subject, from_addr, text_body, html_body, markdown_body)
     message = compile_message(subject, from_addr, chosen.text, chosen.html, links=links)
     ids = [r["id"] for r in conn.execute(QUERIES["lists_named"], {"names": list_names})]
-    rcpt = _sample(conn, ids)[0]
+    if not audience_filter and segment:
+        audience_filter = segments.find(conn, segment).filter
+    rcpt = first_recipient(conn, ids, audience_filter) or _sample(conn, ids)[0]
     subject_out, text, html = message.parts(rcpt)
     return DraftPreview(subject_out, text, html, rcpt.email)

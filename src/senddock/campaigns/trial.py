@@ -12,9 +12,12 @@ from typing import Any
 import psycopg
 
 from senddock.audience.addresses import normalize
+from senddock.campaigns.audience import audience, list_ids
 from senddock.campaigns.compose import campaign_message, recipient_for
+from senddock.campaigns.layouts import first_recipient
 from senddock.config import Settings, SmtpTarget
-from senddock.messages import LinkSettings
+from senddock.messages import LinkSettings, Recipient
+from senddock.messages.render import SampleAttributes
 from senddock.smtp import Reply, SmtpSession
 
 
@@ -27,7 +30,10 @@ def send_test(
 ) -> list[tuple[str, Reply]]:
     """Send the rendered message to each address over one SMTP session: (address, reply).
 
-    Each address is rendered as its subscriber if it is one (name, attributes, own link).
+    Each address is rendered as its subscriber if it is one (name, attributes, own link);
+    any other address as the first of the campaign's audience (their name, attributes and
+    links, at that address), never as a blank subscriber 0 (issue 35); with nobody on the
+    lists, as "Sample", without links.
     """
     message, sender = campaign_message(conn, campaign_id, links)
     token = secrets.token_hex(4)
@@ -35,7 +41,10 @@ def send_test(
     for n, raw in enumerate(addresses):
         address = normalize(raw)
         mid = f"<test.{campaign_id}.{token}.{n}@{message.from_domain}>"
-        rendered.append((address, message.render(recipient_for(conn, address), mid)))
+        rcpt = recipient_for(conn, address)
+        if rcpt.subscriber_id == NOBODY:
+            rcpt = _as_sample(conn, campaign_id, address)
+        rendered.append((address, message.render(rcpt, mid)))
 
     async def send_all() -> list[tuple[str, Reply]]:
         target = SmtpTarget.parse(settings.smtp_url)
@@ -46,3 +55,18 @@ def send_test(
             await session.quit()
 
     return asyncio.run(send_all())
+
+
+# The subscriber id compose.recipient_for gives an address that is no subscriber's.
+NOBODY = 0
+
+
+def _as_sample(
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, address: str
+) -> Recipient:
+    """`address` dressed as the first subscriber the campaign would go to now."""
+    who = audience(conn, campaign_id)
+    sample = first_recipient(conn, list_ids(conn, campaign_id), who.filter)
+    if sample is None:
+        return Recipient(address, "Sample", SampleAttributes(), None)
+    return Recipient(address, sample.name, sample.attributes, sample.subscriber_id)

@@ -83,6 +83,12 @@ class Counts:
         """Complaints per message sent (0 before any is sent); compare with COMPLAINT_LIMIT."""
         return self.complaints / self.sent if self.sent else 0.0
 
+    @property
+    def retryable(self) -> int:
+        """Failed jobs that retry-failed can send again: not bounced nor suppressed (those
+        addresses are suppressed, and stay failed)."""
+        return self.exhausted + self.rejected
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
@@ -187,6 +193,13 @@ def all_counts(conn: Conn) -> Counts:
     unfinished = sum(int(r["n"]) * int(r["weight"]) for r in rows)
     row = conn.execute(QUERIES["all_sending"]).fetchone()
     return _counts(states, unfinished, int(row["n"]) if row else 0)
+
+
+def bounced_at_send(conn: Conn, campaign_id: int | None = None) -> dict[int, int]:
+    """Recipients refused at RCPT as bounces, by campaign (only `campaign_id`'s if given);
+    campaigns with none are left out."""
+    rows = conn.execute(QUERIES["bounced_at_send"], {"c": campaign_id})
+    return {int(r["campaign_id"]): int(r["n"]) for r in rows}
 
 
 def last_problem(conn: Conn, broadcast_id: int) -> dict[str, Any] | None:

@@ -41,3 +41,13 @@ SELECT count(*)::bigint AS n FROM broadcast_jobs WHERE status = 'sending'
 SELECT email, status, last_stage, last_code, last_enhanced, last_reply FROM broadcast_jobs
 WHERE broadcast_id = %(b)s AND status IN ('retry', 'failed') AND last_reply IS NOT NULL
 ORDER BY updated_at DESC LIMIT 1
+
+-- name: bounced_at_send
+-- Issue 35: each sent campaign's recipients refused at RCPT as bounces (failed: bounced), for
+-- `bounces list`, which shows reports that came later and must not say "none" over these. From
+-- the counters (a few rows per broadcast), so it survives retention.
+SELECT c.id AS campaign_id, sum(k.n)::bigint AS n
+FROM campaigns c JOIN broadcast_counts k ON k.broadcast_id = c.broadcast_id
+WHERE k.state = 'failed:bounced' AND (%(c)s::bigint IS NULL OR c.id = %(c)s)
+GROUP BY c.id HAVING sum(k.n) > 0
+ORDER BY c.id

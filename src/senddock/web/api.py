@@ -79,7 +79,14 @@ def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
     address = queries.subscriber_email(conn, subscriber_id)
     if address is None:
         raise NotFound(f"no subscriber with id {subscriber_id}")
-    return s.Subscriber(**subscribers_api.show(conn, address))
+    found = subscribers_api.show(conn, address)
+    return s.Subscriber(**{**found, "status": _shown(found["status"], found["suppressed"])})
+
+
+def _shown(status: str, suppressed: object) -> str:
+    """A subscriber's status as the API shows it: `suppressed` when no broadcast sends to the
+    address, whatever the row says ("active" was shown, issue 35); `suppressed` has why."""
+    return "suppressed" if suppressed else status
 
 
 # -- subscribers ----------------------------------------------------------------------------
@@ -111,7 +118,9 @@ def list_subscribers(
         conn, pattern, list_name, per_page, offset, filter_text=filter_text
     )
     total = queries.subscriber_total(conn, pattern, list_name, filter_text)
-    items = [s.SubscriberSummary(**r) for r in rows]
+    items = [
+        s.SubscriberSummary(**{**r, "status": _shown(r["status"], r["suppressed"])}) for r in rows
+    ]
     return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
 
 
@@ -496,11 +505,13 @@ def send_campaign(request: Request, conn: Db, campaign_id: CampaignId) -> s.Sent
     "/campaigns/{campaign_id}/schedule", tags=["campaigns"], response_model=s.CampaignStatus
 )
 def schedule_campaign(conn: Db, campaign_id: CampaignId, body: s.ScheduleIn) -> s.CampaignStatus:
-    """Send a draft at `at` (with a time zone); null unschedules."""
-    if body.at is not None and body.at.tzinfo is None:
-        raise Invalid("at needs a time zone (e.g. 2026-06-01T09:00+02:00)", field="at")
-    _refuse_past(conn, body.at, "at")
-    campaigns.schedule(conn, campaign_id, body.at)
+    """Send a draft at `send_at` (with a time zone; `at` is its deprecated old name); null
+    unschedules."""
+    at, field = body.when, body.field
+    if at is not None and at.tzinfo is None:
+        raise Invalid(f"{field} needs a time zone (e.g. 2026-06-01T09:00+02:00)", field=field)
+    _refuse_past(conn, at, field)
+    campaigns.schedule(conn, campaign_id, at)
     return _status(conn, campaign_id)
 
 
@@ -571,7 +582,7 @@ def campaign_recipients(
 ) -> s.RecipientPage:
     """Who got what: each recipient's outcome, filtered by status or failure, searched."""
     rows, total = queries.recipients_page(conn, campaign_id, status, q, page, per_page)
-    items = [s.Recipient(**r) for r in rows]
+    items = [s.Recipient(**r, reply=campaigns.reply_line(r)) for r in rows]
     return s.RecipientPage(page=page, per_page=per_page, total=total, items=items)
 
 

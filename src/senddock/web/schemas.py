@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from senddock.messages.render import HeaderError, one_mailbox
 
@@ -104,7 +104,9 @@ class SubscriberSummary(BaseModel):
     id: int
     email: str
     name: str
-    status: str
+    status: str = Field(
+        description="active; bounced; erased; or suppressed: no broadcast sends to the address"
+    )
     attributes: Attributes
     created_at: datetime
     updated_at: datetime
@@ -156,9 +158,12 @@ class ListInfo(BaseModel):
     double_opt_in: bool
     from_addr: str | None
     public: bool = Field(description="Takes sign-ups at POST /subscribe (GET .../form).")
-    confirmed: int
-    unconfirmed: int
+    confirmed: int = Field(description="Confirmed members a broadcast sends to (not suppressed)")
+    unconfirmed: int = Field(description="Members yet to confirm (not suppressed)")
     unsubscribed: int
+    suppressed: int = Field(
+        default=0, description="Members whose address is suppressed: no broadcast sends to them"
+    )
 
 
 class ListIn(Strict):
@@ -285,6 +290,9 @@ class CampaignStatus(BaseModel):
         description="Jobs pending, sending, retry or unconfirmed: the campaign is sent at 0",
     )
     complaint_rate: ComplaintRate = 0.0
+    retryable: int = Field(
+        default=0, description="Failed, not bounced nor suppressed: what retry-failed sends again"
+    )
     pause_reason: str | None
     last_sender_fault: str | None
     enqueue_done: bool = Field(
@@ -399,7 +407,32 @@ class Sent(BaseModel):
 
 
 class ScheduleIn(Strict):
-    at: datetime | None = Field(description="ISO 8601 with a time zone; null unschedules")
+    """The send time, named `send_at` as on the campaign (`at`, its old name, still works)."""
+
+    send_at: datetime | None = Field(
+        default=None, description="ISO 8601 with a time zone; null unschedules"
+    )
+    at: datetime | None = Field(
+        default=None,
+        description="Deprecated: the old name of send_at",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and len({"send_at", "at"} & set(data)) != 1:
+            raise ValueError("give send_at (a time with a zone, or null to unschedule)")
+        return data
+
+    @property
+    def field(self) -> str:
+        """The name the request used for the time."""
+        return "send_at" if "send_at" in self.model_fields_set else "at"
+
+    @property
+    def when(self) -> datetime | None:
+        return self.send_at if self.field == "send_at" else self.at
 
 
 class Cancelled(BaseModel):
@@ -438,7 +471,10 @@ class Recipient(BaseModel):
     message_id: str
     last_code: int | None
     last_enhanced: str | None
-    last_reply: str | None
+    last_reply: str | None = Field(description="The reply's text as the relay sent it")
+    reply: str = Field(
+        "", description="The last reply in one line: code, enhanced code (once), text"
+    )
 
 
 class RecipientPage(Page):

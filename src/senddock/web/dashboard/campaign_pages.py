@@ -13,6 +13,7 @@ from starlette.responses import Response
 from senddock import campaigns
 from senddock.audience.lists import all_lists
 from senddock.audience.segments import all_segments as saved_segments
+from senddock.campaigns.audience import preview_count
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.layouts import list_layouts
 from senddock.campaigns.recipients import page as recipients_page
@@ -186,8 +187,10 @@ def send(request: Request, campaign_id: int) -> Response:
     lease = float(request.app.state.settings.lease_seconds)
 
     def go(conn: Conn) -> str:
-        _, total, created = campaigns.broadcast(conn, campaign_id)
-        said = f"Sending to {plural(total, 'recipient')}." if created else "Already sent."
+        _, _, created = campaigns.broadcast(conn, campaign_id)
+        # The whole audience, not the first enqueue chunk ("969" of 1,954, issue 35).
+        whole = plural(preview_count(conn, campaign_id), "recipient") if created else ""
+        said = f"Sending to {whole}." if created else "Already sent."
         warning = send_warning(conn, lease)
         return f"{said} Note: {warning}." if warning else said
 

@@ -14,6 +14,7 @@ import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from senddock.campaigns import reply_line
 from senddock.errors import SendDockError
 from senddock.web import auth
 
@@ -43,6 +44,7 @@ env = jinja2.Environment(
     lstrip_blocks=True,
 )
 env.filters["when"] = _when
+env.filters["reply"] = reply_line  # a job's last reply, its enhanced code once
 
 
 @contextmanager
