@@ -165,8 +165,13 @@ def test_a_test_send_to_a_non_subscriber_renders_as_the_first_subscriber(
     msg = email.message_from_bytes(got.data, policy=email.policy.default)
     assert got.rcpt == "me@elsewhere.example"
     assert msg["Subject"] == "Hi Name 1"
-    assert "Hello Name 1, leave: http" in msg.get_content()
-    assert f"/unsubscribe/{sid}.{cid}." in msg["List-Unsubscribe"]  # never subscriber 0's
+    assert "Hello Name 1, leave: " in msg.get_content()
+    # Neither subscriber 0's link nor the real subscriber's: nobody's list can be left by it.
+    assert msg["List-Unsubscribe"] is None
+    assert (
+        f"/unsubscribe/{sid}." not in got.data.decode()
+        and "/unsubscribe/0." not in got.data.decode()
+    )
 
 
 def retry_button(page: str) -> str:

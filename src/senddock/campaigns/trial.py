@@ -31,9 +31,10 @@ def send_test(
     """Send the rendered message to each address over one SMTP session: (address, reply).
 
     Each address is rendered as its subscriber if it is one (name, attributes, own link);
-    any other address as the first of the campaign's audience (their name, attributes and
-    links, at that address), never as a blank subscriber 0 (issue 35); with nobody on the
-    lists, as "Sample", without links.
+    any other address with the name and attributes of the first of the campaign's audience,
+    never as a blank subscriber 0 (issue 35), and without links: a test's reader (a colleague,
+    a seed inbox) must not hold a working unsubscribe link of a real subscriber. With nobody
+    on the lists, as "Sample".
     """
     message, sender = campaign_message(conn, campaign_id, links)
     token = secrets.token_hex(4)
@@ -64,9 +65,10 @@ NOBODY = 0
 def _as_sample(
     conn: psycopg.Connection[dict[str, Any]], campaign_id: int, address: str
 ) -> Recipient:
-    """`address` dressed as the first subscriber the campaign would go to now."""
+    """`address` dressed in the name and attributes of the first subscriber the campaign would
+    go to now, with no subscriber id: no unsubscribe or preference link is signed for it."""
     who = audience(conn, campaign_id)
     sample = first_recipient(conn, list_ids(conn, campaign_id), who.filter)
     if sample is None:
         return Recipient(address, "Sample", SampleAttributes(), None)
-    return Recipient(address, sample.name, sample.attributes, sample.subscriber_id)
+    return Recipient(address, sample.name, sample.attributes, None)
