@@ -62,7 +62,7 @@ from senddock.queue.bounces import SoftLimit
 from senddock.queue.counts import FAILURES, JOB_STATUSES, LATER, Counts, counts_of
 from senddock.web import queries
 from senddock.web.dashboard.campaign_pages import live_state
-from support import Conn, new_campaign, seed_list, senddock, worker_env
+from support import Conn, new_campaign, seed_list, send_campaign, senddock, worker_env
 from web_support import Server, make_token, start_server
 
 # The module, not the function `senddock.campaigns.broadcast` that the package re-exports.
@@ -934,3 +934,32 @@ def test_every_sequence_of_queue_operations_keeps_rows_counts_and_surfaces_exact
     # A real `senddock` process reads the last run's campaigns as the model left them.
     for cid, want in run.last.items():
         assert real_cli_status(db_url, cid) == want, ("senddock campaign status", cid)
+
+
+def test_a_dot_carried_on_a_late_250_goes_only_while_its_own_claim_holds(
+    conn: Conn, db_url: str
+) -> None:
+    """Found by the model: a worker cut off from the database is rescued (its dotted job
+    becomes unconfirmed, its other job goes back to retry); its late 250 still lands on the
+    unconfirmed job (as it should), and carries the mark of its session's next dot. That next
+    job is no longer its claim: the mark must not be reported as landed, or its dot goes while
+    another worker may claim and send the same job."""
+    send_campaign(conn, "news", ["ada@example.org", "bob@example.org"])
+
+    async def run() -> tuple[queue.Recorded, list[Job]]:
+        async with await psycopg.AsyncConnection.connect(
+            db_url, autocommit=True, row_factory=dict_row
+        ) as c:
+            first, nxt = await queue.claim(c, 1, 2)
+            assert (await queue.record_group(c, 1, [], [Dot(first, RELAY)])).dots == {first.id}
+            assert await queue.rescue(c, [1]) == 2  # first: unconfirmed; nxt: retry
+            late = Outcome(first, Transition("sent"), REPLIES["sent"])
+            got = await queue.record_group(c, 1, [late], [Dot(nxt, RELAY, after=first.id)])
+            return got, [first, nxt]
+
+    got, (first, nxt) = asyncio.run(run())
+    rows = {int(r["id"]): r for r in conn.execute(JOB_ROWS).fetchall()}
+    assert rows[first.id]["status"] == "sent"  # the late 250 lands
+    assert (rows[nxt.id]["status"], rows[nxt.id]["owner"]) == ("retry", None)
+    assert got.outcomes == {first.id}
+    assert got.dots == set(), "the dot of a job rescued from us was reported as marked"
