@@ -582,10 +582,15 @@ UPDATE campaigns SET send_at = NULL, schedule_error = %(reason)s WHERE id = %(c)
 
 -- name: expired
 -- An ended broadcast past retention whose counts are not frozen yet, locked (a retry-failed or
--- anything else touching it waits, or we skip it).
+-- anything else touching it waits, or we skip it). Only once nothing of it is unfinished
+-- (senddock_unfinished, 0026): a cancelled broadcast may still have a job in flight, whose
+-- outcome must land, or an unconfirmed one waiting for a person; deleting those rows would
+-- lose them and turn the frozen counts' `sending` into `pending` (issue 33: found by
+-- tests/test_queue_model.py). A finished one has nothing unfinished by definition.
 SELECT id FROM broadcasts
 WHERE status IN ('finished', 'cancelled') AND purged_at IS NULL
   AND finished_at < now() - make_interval(days => %(days)s::int)
+  AND senddock_unfinished(id) = 0
 ORDER BY finished_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED
