@@ -361,13 +361,14 @@ class QueueModel(RuleBasedStateMachine):
         assert created and not nobody, (c, nobody)
         self._started(c, bid, first)
 
-    def _started(self, c: MCampaign, bid: int, first: int) -> None:
+    def _started(self, c: MCampaign, bid: int, first: int, adopt: bool = True) -> None:
         b = MBroadcast(bid, c.id)
         self.broadcasts[bid] = b
         c.bid, c.scheduled = bid, False
         self.set_status(b, "running")
         self.enqueue_model(b, first)
-        self.adopt_new_jobs()
+        if adopt:  # (a scheduler pass starts them all first)
+            self.adopt_new_jobs()
 
     @precondition(lambda self: bool(self.campaigns))
     @rule(pick=st.integers(0, 9), unschedule=st.booleans())
@@ -404,7 +405,8 @@ class QueueModel(RuleBasedStateMachine):
                         "broadcast_id"
                     ]
                 )
-                self._started(c, bid, first)
+                self._started(c, bid, first, adopt=False)
+        self.adopt_new_jobs()
 
     @precondition(lambda self: any(not b.enqueued for b in self.broadcasts.values()))
     @rule(pick=st.integers(0, 9), size=st.integers(1, 3))
