@@ -473,6 +473,7 @@ def _record_params(
         "stage": reply.stage,
         "next": carried.job.id if carried else None,
         "next_relay": carried.relay if carried else None,
+        "next_attempt": carried.job.attempts if carried else None,
     }
 
 
@@ -559,8 +560,9 @@ def carry(outcomes: list[Outcome], dots: list[Dot]) -> tuple[dict[int, Dot], lis
     """Which marks ride on an outcome of the group (0025), by that outcome's job id, and which
     are written on their own job's row. A mark rides on the previous outcome of its session
     when that outcome is `sent`: a sent row is never written again, so the mark cannot be
-    overwritten while its dot is in flight. Its fence is that outcome's (invariant 4): the two
-    jobs are held by one owner, and only a rescue of that owner takes a started job away."""
+    overwritten while its dot is in flight. It is fenced twice (invariant 4): by that outcome's
+    fence, and by its own job's (still our `sending` claim at its attempt), since a rescue
+    keeps a dotted job's owner for a late 250 while it sends the next job back to retry."""
     sent = {o.job.id for o in outcomes if o.transition.status == "sent"}
     carried: dict[int, Dot] = {}
     own: list[Dot] = []
@@ -587,8 +589,8 @@ async def _record_statement(
     if not dots:
         params = {"outcomes": outcome_rows(owner, outcomes, carried)}
         cur = await conn.execute(QUERIES["record_many"], params)
-        written = {int(r["id"]) for r in await cur.fetchall()}
-        return Recorded(written, _carried(carried, written))
+        rows = await cur.fetchall()
+        return Recorded({int(r["id"]) for r in rows}, _carried(carried, rows))
     if not outcomes:
         cur = await conn.execute(QUERIES["mark_dots"], {"dots": dot_rows(owner, dots)})
         return Recorded(set(), {int(r["id"]) for r in await cur.fetchall()})
@@ -596,12 +598,15 @@ async def _record_statement(
     rows = await (await conn.execute(QUERIES["record_and_mark"], params)).fetchall()
     written = {int(r["id"]) for r in rows if not r["dot"]}
     marked = {int(r["id"]) for r in rows if r["dot"]}
-    return Recorded(written, marked | _carried(carried, written))
+    outcomes_written = [r for r in rows if not r["dot"]]
+    return Recorded(written, marked | _carried(carried, outcomes_written))
 
 
-def _carried(carried: Mapping[int, Dot], written: set[int]) -> set[int]:
-    """The marks that landed on an outcome: those whose outcome was written."""
-    return {d.job.id for after, d in carried.items() if after in written}
+def _carried(carried: Mapping[int, Dot], rows: list[dict[str, Any]]) -> set[int]:
+    """The marks that landed on an outcome: those its written row carries (a mark whose job
+    is no longer our claim is not written, and its dot must not go)."""
+    landed = {int(r["id"]): r["next_dot"] for r in rows}
+    return {d.job.id for after, d in carried.items() if landed.get(after) == d.job.id}
 
 
 async def record_group(

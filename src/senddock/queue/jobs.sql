@@ -227,7 +227,11 @@ ORDER BY c.id
 -- and shows when and to which relay its dot went (its mark: its own row's, or the one the
 -- previous outcome of its session carried).
 -- A `sent` outcome may carry the mark of the next dot of its session (`next`, 0025): the job's
--- id and relay, written on this row instead of that job's.
+-- id and relay, written on this row instead of that job's, only while that job is still our
+-- `sending` claim at its attempt (`held`, fenced as mark_dots fences a mark, its fence values
+-- from the parameter too so the key is its only way in; RETURNING says whether it was). This outcome's own fence does not stand for it: a rescue keeps a dotted
+-- job's owner (unconfirmed) and a late 250 still lands on it, while the next job went back to
+-- retry, maybe to another worker (issue 33: found by tests/test_queue_model.py).
 -- Every fence value (owner, attempt, the `sending` it was claimed into) comes with its row, so
 -- the primary key is the only index that can find the rows: fenced by constants, the planner
 -- read every row this process holds through broadcast_jobs_sending and hashed them, for each
@@ -243,8 +247,8 @@ SET status        = r.status,
     last_enhanced = r.enhanced,
     last_reply    = r.reply,
     last_stage    = r.stage,
-    next_dot      = r.next,
-    next_relay    = r.next_relay,
+    next_dot      = held.id,
+    next_relay    = CASE WHEN held.id IS NOT NULL THEN r.next_relay END,
     dot_at        = CASE WHEN r.status = 'unconfirmed'
                          THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
                                                       j.id, j.owner, j.claimed_at) c), now())
@@ -257,10 +261,14 @@ SET status        = r.status,
 FROM jsonb_to_recordset(%(outcomes)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
-          stage text, next bigint, next_relay text)
+          stage text, next bigint, next_relay text, next_attempt int)
+     LEFT JOIN LATERAL (SELECT n.id FROM broadcast_jobs n
+                        WHERE n.id = r.next AND n.owner = r.owner
+                          AND n.attempts = r.next_attempt AND n.status = r.held
+                        OFFSET 0) held ON true
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR j.status = 'unconfirmed')
-RETURNING j.id
+RETURNING j.id, j.next_dot
 
 -- name: mark_dots
 -- Invariant 3, and issue 23: these jobs' final dots are about to go. Written in the commit of
@@ -282,7 +290,8 @@ RETURNING j.id
 -- statement instead of two in a CTE: one scan of the parameter, one firing of the counters'
 -- statement trigger (0010), which a mark never changes (it stays `sending`). Same fences:
 -- an outcome as record_many's (an `unconfirmed` row of ours takes a late 250), a mark only on
--- a `sending` claim of ours at this attempt. By primary key, as record_many.
+-- a `sending` claim of ours at this attempt, a carried mark as record_many's (`held`). By
+-- primary key, as record_many.
 UPDATE broadcast_jobs j
 SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     failure       = CASE WHEN r.dot THEN j.failure ELSE r.failure END,
@@ -295,8 +304,9 @@ SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     last_reply    = CASE WHEN r.dot THEN j.last_reply ELSE r.reply END,
     last_stage    = CASE WHEN r.dot THEN j.last_stage ELSE r.stage END,
     updated_at    = CASE WHEN r.dot THEN j.updated_at ELSE now() END,
-    next_dot      = CASE WHEN r.dot THEN j.next_dot ELSE r.next END,
-    next_relay    = CASE WHEN r.dot THEN j.next_relay ELSE r.next_relay END,
+    next_dot      = CASE WHEN r.dot THEN j.next_dot ELSE held.id END,
+    next_relay    = CASE WHEN r.dot THEN j.next_relay
+                         WHEN held.id IS NOT NULL THEN r.next_relay END,
     dot_at        = CASE WHEN r.dot THEN now()
                          WHEN r.status = 'unconfirmed'
                          THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
@@ -310,10 +320,14 @@ SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
 FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
-          stage text, next bigint, next_relay text, dot bool, relay text)
+          stage text, next bigint, next_relay text, next_attempt int, dot bool, relay text)
+     LEFT JOIN LATERAL (SELECT n.id FROM broadcast_jobs n
+                        WHERE n.id = r.next AND n.owner = r.owner
+                          AND n.attempts = r.next_attempt AND n.status = r.held
+                        OFFSET 0) held ON true
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR (NOT r.dot AND j.status = 'unconfirmed'))
-RETURNING j.id, r.dot
+RETURNING j.id, r.dot, j.next_dot
 
 -- name: suppress_bounces
 -- Invariant 6 for a group: the bounces among the rows just written, in the same transaction.
@@ -609,10 +623,15 @@ UPDATE campaigns SET send_at = NULL, schedule_error = %(reason)s WHERE id = %(c)
 
 -- name: expired
 -- An ended broadcast past retention whose counts are not frozen yet, locked (a retry-failed or
--- anything else touching it waits, or we skip it).
+-- anything else touching it waits, or we skip it). Only once nothing of it is unfinished
+-- (senddock_unfinished, 0026): a cancelled broadcast may still have a job in flight, whose
+-- outcome must land, or an unconfirmed one waiting for a person; deleting those rows would
+-- lose them and turn the frozen counts' `sending` into `pending` (issue 33: found by
+-- tests/test_queue_model.py). A finished one has nothing unfinished by definition.
 SELECT id FROM broadcasts
 WHERE status IN ('finished', 'cancelled') AND purged_at IS NULL
   AND finished_at < now() - make_interval(days => %(days)s::int)
+  AND senddock_unfinished(id) = 0
 ORDER BY finished_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED
