@@ -59,7 +59,14 @@ from senddock.delivery import cleaner
 from senddock.delivery.outcome import Reply, Transition, judge, transition
 from senddock.queue import Dot, Job, Outcome
 from senddock.queue.bounces import SoftLimit
-from senddock.queue.counts import FAILURES, JOB_STATUSES, LATER, Counts, counts_of
+from senddock.queue.counts import (
+    FAILURES,
+    JOB_STATUSES,
+    LATER,
+    Counts,
+    counts_of,
+    shown_status,
+)
 from senddock.queue.jobs import Transition as Move
 from senddock.web import queries
 from senddock.web.dashboard.campaign_pages import live_state
@@ -107,7 +114,7 @@ LIVE = {"running": "sending", "paused": "paused", "finished": "sent", "cancelled
 COUNT_KEYS = tuple(Counts().as_dict())
 # The API's campaign detail has every count but `unfinished` (web/schemas.py CampaignStatus
 # lacks it, though it says "the same keys as `campaign status --json`"; reported, issue 33).
-API_KEYS = tuple(k for k in COUNT_KEYS if k != "unfinished")
+API_KEYS = COUNT_KEYS  # the API carries every count, `unfinished` too
 
 
 def report(kind: str, email: str, message_id: str, nonce: int) -> bytes:
@@ -843,15 +850,19 @@ class QueueModel(RuleBasedStateMachine):
             shown = {k: rows[cid][k] for k in COUNT_KEYS}
             assert (rows[cid]["status"], shown) == (c.status, cnt.as_dict()), ("dashboard", c)
             assert rows[cid]["done"] == cnt.done
+            assert rows[cid]["state"] == shown_status(c.status, cnt), ("dashboard", c)
         if self.http is not None:
             self.check_metrics(sum((cnt for _, cnt in expected.values()), Counts()))
         if not finishing:
             return
         for cid, (c, cnt) in expected.items():
+            state = shown_status(c.status, cnt)  # "waiting for a decision" where it applies
             st_ = campaigns.status(self.conn, cid)
             assert (st_["status"], {k: st_[k] for k in COUNT_KEYS}) == (c.status, cnt.as_dict())
-            live = live_state(self.conn, cid, chart=False)
+            assert st_["state"] == state, ("status", c)
+            live = live_state(self.conn, cid, 15.0, chart=False)
             assert (live["status"], live["done"]) == (c.status, cnt.done), ("live", c)
+            assert live["state"] == state, ("live", c)
             assert {k: live[k] for k in COUNT_KEYS} == cnt.as_dict(), ("live", c)
             if self.http is not None:
                 api = self.http.get(f"/api/v1/campaigns/{cid}")
@@ -860,6 +871,7 @@ class QueueModel(RuleBasedStateMachine):
                 shown = {k: body[k] for k in API_KEYS}
                 want = {k: v for k, v in cnt.as_dict().items() if k in API_KEYS}
                 assert (body["status"], shown) == (c.status, want), ("api", c, body)
+                assert body["state"] == state, ("api", c, body)
 
     def check_metrics(self, cnt: Counts) -> None:
         assert self.http is not None
