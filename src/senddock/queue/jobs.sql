@@ -228,10 +228,14 @@ ORDER BY c.id
 -- previous outcome of its session carried).
 -- A `sent` outcome may carry the mark of the next dot of its session (`next`, 0025): the job's
 -- id and relay, written on this row instead of that job's, only while that job is still our
--- `sending` claim at its attempt (`held`, fenced as mark_dots fences a mark, its fence values
--- from the parameter too so the key is its only way in; RETURNING says whether it was). This outcome's own fence does not stand for it: a rescue keeps a dotted
--- job's owner (unconfirmed) and a late 250 still lands on it, while the next job went back to
--- retry, maybe to another worker (issue 33: found by tests/test_queue_model.py).
+-- `sending` claim at its attempt (RETURNING says whether it was written). While this row is
+-- itself still our `sending` claim, no rescue took our jobs (a rescue takes every job of a
+-- dead owner in one statement, and a buried owner never claims again), so the next job is
+-- ours too and nothing is looked up: the common case costs nothing (a lookup per outcome
+-- cost about 8 % of the drain, bench/ab.py). Only a late 250 landing on a row a rescue made
+-- `unconfirmed` (owner kept) looks the next job up by primary key, fenced as mark_dots fences
+-- a mark: that job went back to retry, maybe to another worker, and its mark must not land
+-- (issue 33: found by tests/test_queue_model.py).
 -- Every fence value (owner, attempt, the `sending` it was claimed into) comes with its row, so
 -- the primary key is the only index that can find the rows: fenced by constants, the planner
 -- read every row this process holds through broadcast_jobs_sending and hashed them, for each
@@ -247,8 +251,16 @@ SET status        = r.status,
     last_enhanced = r.enhanced,
     last_reply    = r.reply,
     last_stage    = r.stage,
-    next_dot      = held.id,
-    next_relay    = CASE WHEN held.id IS NOT NULL THEN r.next_relay END,
+    next_dot      = CASE WHEN j.status = r.held THEN r.next
+                         ELSE (SELECT n.id FROM broadcast_jobs n
+                               WHERE n.id = r.next AND n.owner = r.owner
+                                 AND n.attempts = r.next_attempt AND n.status = r.held) END,
+    next_relay    = CASE WHEN r.next IS NULL THEN NULL
+                         WHEN j.status = r.held THEN r.next_relay
+                         WHEN EXISTS (SELECT n.id FROM broadcast_jobs n
+                               WHERE n.id = r.next AND n.owner = r.owner
+                                 AND n.attempts = r.next_attempt AND n.status = r.held)
+                         THEN r.next_relay END,
     dot_at        = CASE WHEN r.status = 'unconfirmed'
                          THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
                                                       j.id, j.owner, j.claimed_at) c), now())
@@ -262,10 +274,6 @@ FROM jsonb_to_recordset(%(outcomes)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
           stage text, next bigint, next_relay text, next_attempt int)
-     LEFT JOIN LATERAL (SELECT n.id FROM broadcast_jobs n
-                        WHERE n.id = r.next AND n.owner = r.owner
-                          AND n.attempts = r.next_attempt AND n.status = r.held
-                        OFFSET 0) held ON true
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR j.status = 'unconfirmed')
 RETURNING j.id, j.next_dot
@@ -290,8 +298,8 @@ RETURNING j.id
 -- statement instead of two in a CTE: one scan of the parameter, one firing of the counters'
 -- statement trigger (0010), which a mark never changes (it stays `sending`). Same fences:
 -- an outcome as record_many's (an `unconfirmed` row of ours takes a late 250), a mark only on
--- a `sending` claim of ours at this attempt, a carried mark as record_many's (`held`). By
--- primary key, as record_many.
+-- a `sending` claim of ours at this attempt, a carried mark as record_many's (looked up only
+-- under a row a rescue made `unconfirmed`). By primary key, as record_many.
 UPDATE broadcast_jobs j
 SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     failure       = CASE WHEN r.dot THEN j.failure ELSE r.failure END,
@@ -304,9 +312,18 @@ SET status        = CASE WHEN r.dot THEN j.status ELSE r.status END,
     last_reply    = CASE WHEN r.dot THEN j.last_reply ELSE r.reply END,
     last_stage    = CASE WHEN r.dot THEN j.last_stage ELSE r.stage END,
     updated_at    = CASE WHEN r.dot THEN j.updated_at ELSE now() END,
-    next_dot      = CASE WHEN r.dot THEN j.next_dot ELSE held.id END,
+    next_dot      = CASE WHEN r.dot THEN j.next_dot
+                         WHEN j.status = r.held THEN r.next
+                         ELSE (SELECT n.id FROM broadcast_jobs n
+                               WHERE n.id = r.next AND n.owner = r.owner
+                                 AND n.attempts = r.next_attempt AND n.status = r.held) END,
     next_relay    = CASE WHEN r.dot THEN j.next_relay
-                         WHEN held.id IS NOT NULL THEN r.next_relay END,
+                         WHEN r.next IS NULL THEN NULL
+                         WHEN j.status = r.held THEN r.next_relay
+                         WHEN EXISTS (SELECT n.id FROM broadcast_jobs n
+                               WHERE n.id = r.next AND n.owner = r.owner
+                                 AND n.attempts = r.next_attempt AND n.status = r.held)
+                         THEN r.next_relay END,
     dot_at        = CASE WHEN r.dot THEN now()
                          WHEN r.status = 'unconfirmed'
                          THEN coalesce(j.dot_at, (SELECT c.at FROM senddock_carried_mark(
@@ -321,10 +338,6 @@ FROM jsonb_to_recordset(%(rows)s::jsonb)
      AS r(id bigint, owner int, held text, attempt int, status text, failure text,
           give_back int, sender_fault int, delay float8, code int, enhanced text, reply text,
           stage text, next bigint, next_relay text, next_attempt int, dot bool, relay text)
-     LEFT JOIN LATERAL (SELECT n.id FROM broadcast_jobs n
-                        WHERE n.id = r.next AND n.owner = r.owner
-                          AND n.attempts = r.next_attempt AND n.status = r.held
-                        OFFSET 0) held ON true
 WHERE j.id = r.id AND j.owner = r.owner AND j.attempts = r.attempt
   AND (j.status = r.held OR (NOT r.dot AND j.status = 'unconfirmed'))
 RETURNING j.id, r.dot, j.next_dot
