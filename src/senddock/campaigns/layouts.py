@@ -199,6 +199,11 @@ def layout_for_campaign(conn: Conn, layout: str | int | None) -> LayoutRow | Non
         return None
     if layout:
         return get_layout(conn, layout)
+    return default_layout(conn)
+
+
+def default_layout(conn: Conn) -> LayoutRow | None:
+    """The default layout, if one is set."""
     r = conn.execute(QUERIES["default"]).fetchone()
     return get_layout(conn, int(r["id"])) if r else None
 

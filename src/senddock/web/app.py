@@ -36,7 +36,7 @@ from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
@@ -62,6 +62,7 @@ from senddock.web import (
     subscribe,
     webhooks,
 )
+from senddock.web.pages import page
 from senddock.web.preferences import PreferencePages
 
 log = logging.getLogger("senddock.web")
@@ -70,26 +71,6 @@ Pool = ConnectionPool[psycopg.Connection[DictRow]]
 STATIC = Path(__file__).resolve().parent / "static"
 SESSION_COOKIE = "senddock_session"
 QUERIES = sql.load(__package__, "app.sql")
-
-PAGE_STYLE = (
-    "body{font:16px/1.5 system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}\n"
-    "button{font:inherit;padding:.5rem 1.25rem;cursor:pointer}"
-)
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="robots" content="noindex"><title>{title}</title>
-<style>{style}</style></head>
-<body><h1>{title}</h1>{body}</body></html>
-"""
-# The pages' one inline block is their style: allowed by its hash, nothing else inline.
-PAGE_POLICY = headers.policy(styles=(headers.source_hash(PAGE_STYLE),))
-
-
-def page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    text = PAGE.format(title=html.escape(title), body=body, style=PAGE_STYLE)
-    return HTMLResponse(text, status_code=status, headers={headers.CSP: PAGE_POLICY})
-
 
 INVALID = (
     "<p>This link is not valid: it may have been cut or changed. "

@@ -38,6 +38,7 @@ from senddock.audience.addresses import normalize
 from senddock.errors import Invalid, SendDockError
 from senddock.web import errors, login_limits
 from senddock.web.dashboard.views import db
+from senddock.web.pages import page
 
 log = logging.getLogger("senddock.web")
 
@@ -80,8 +81,6 @@ def _answer(request: Request, lst: signup.PublicList, as_json: bool) -> Response
 
 
 def _page(request: Request, title: str, text: str, status: int) -> HTMLResponse:
-    from senddock.web.app import page  # the public pages' one frame (app imports us)
-
     return page(title, f"<p>{html.escape(text)}</p>", status)
 
 

@@ -8,18 +8,7 @@ from typing import Any
 import click
 
 from senddock.campaigns import layouts
-
-
-def _db() -> Any:
-    from senddock.cli import db  # the command's one way to the database (cli.py loads us)
-
-    return db()
-
-
-def _read(path: str | None, what: str) -> str | None:
-    from senddock.cli import _read as read
-
-    return read(path, what)
+from senddock.cli.common import db, read_file
 
 
 def _as_dict(row: layouts.LayoutRow) -> dict[str, Any]:
@@ -49,9 +38,9 @@ def layout() -> None:
 @click.option("--default", "make_default", is_flag=True, help="Campaigns get it unless told.")
 def add_cmd(name: str, html_file: str, text_file: str | None, make_default: bool) -> None:
     """Check and store a layout; prints its id alone."""
-    html = _read(html_file, "html file") or ""
-    text = _read(text_file, "text file")
-    with _db() as conn:
+    html = read_file(html_file, "html file") or ""
+    text = read_file(text_file, "text file")
+    with db() as conn:
         click.echo(layouts.add_layout(conn, name, html, text, default=make_default))
 
 
@@ -59,7 +48,7 @@ def add_cmd(name: str, html_file: str, text_file: str | None, make_default: bool
 @AS_JSON
 def list_cmd(as_json: bool) -> None:
     """Every layout, the default marked, with how many campaigns use it."""
-    with _db() as conn:
+    with db() as conn:
         rows = layouts.list_layouts(conn)
     if as_json:
         click.echo(json.dumps([_as_dict(r) for r in rows], indent=2))
@@ -74,7 +63,7 @@ def list_cmd(as_json: bool) -> None:
 @AS_JSON
 def show_cmd(name: str, as_json: bool) -> None:
     """A layout's templates."""
-    with _db() as conn:
+    with db() as conn:
         _show(layouts.get_layout(conn, name), as_json)
 
 
@@ -101,10 +90,10 @@ def edit_cmd(
     """Change a layout (refused while a broadcast that uses it is under way)."""
     if text_file and derive_text:
         raise click.UsageError("give --text-file or --derive-text, not both")
-    text = "" if derive_text else _read(text_file, "text file")
-    with _db() as conn:
+    text = "" if derive_text else read_file(text_file, "text file")
+    with db() as conn:
         layouts.edit_layout(
-            conn, name, name=new_name, html_body=_read(html_file, "html file"), text_body=text
+            conn, name, name=new_name, html_body=read_file(html_file, "html file"), text_body=text
         )
 
 
@@ -112,7 +101,7 @@ def edit_cmd(
 @click.argument("name")
 def delete_cmd(name: str) -> None:
     """Delete a layout no campaign uses."""
-    with _db() as conn:
+    with db() as conn:
         layouts.delete_layout(conn, name)
 
 
@@ -121,11 +110,11 @@ def delete_cmd(name: str) -> None:
 @click.option("--clear", is_flag=True, help="No default layout.")
 def default_cmd(name: str | None, clear: bool) -> None:
     """Make NAME the default layout; without NAME, print the default's name."""
-    with _db() as conn:
+    with db() as conn:
         if clear:
             layouts.set_default(conn, None)
         elif name:
             layouts.set_default(conn, name)
         else:
-            found = [r.name for r in layouts.list_layouts(conn) if r.is_default]
-            click.echo(found[0] if found else "(no default layout)")
+            found = layouts.default_layout(conn)
+            click.echo(found.name if found else "(no default layout)")

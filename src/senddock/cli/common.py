@@ -1,0 +1,137 @@
+"""What every command shares: its settings, its database, its one-line error, its --help
+epilog. Loaded by the root, so it imports no service package (settings() takes the one it
+configures only when called)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+from pydantic import ValidationError
+
+from senddock.bounces.verp import ReturnPath
+from senddock.config import Settings, SmtpTarget, load
+from senddock.db import check_current, connect, database_url
+from senddock.errors import SendDockError
+
+
+class Fail(click.ClickException):
+    """A one-line error about the command line itself (what the services below refuse is a
+    SendDockError, raised where it happens: main() prints both the same way)."""
+
+    def format_message(self) -> str:
+        return " ".join(self.message.split())
+
+
+@functools.cache
+def settings() -> Settings:
+    """The settings of this command, read from the environment once and checked; every part
+    of the command is handed this one object."""
+    try:
+        s = load()
+        SmtpTarget.parse(s.smtp_url)
+        s.backoff  # noqa: B018  (parse the schedule now, not mid-broadcast)
+        s.proxies  # noqa: B018
+        if s.bounce_domain:
+            ReturnPath.parse(s.bounce_domain)
+    except (ValidationError, ValueError) as exc:
+        raise Fail(f"bad configuration: {exc}") from exc
+    from senddock.audience import addresses  # here: the root loads no service package
+
+    addresses.configure(s.allow_reserved_domains)
+    return s
+
+
+@contextmanager
+def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """A connection to the configured database, with errors turned into one line."""
+    s = settings()
+    try:
+        url = database_url(s)
+        conn = connect(url)
+    except psycopg.OperationalError as exc:
+        raise Fail(f"cannot reach the database: {first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {first_line(exc)}") from exc
+    except Exception as exc:  # the embedded server failed to start
+        raise Fail(f"cannot start the embedded database: {first_line(exc)}") from exc
+    try:
+        if require_schema:
+            check_current(conn)
+        yield conn
+    except psycopg.OperationalError as exc:
+        raise Fail(f"database error: {first_line(exc)}") from exc
+    finally:
+        conn.close()
+
+
+def current_database(s: Settings) -> str:
+    """The database URL, once the database is reachable and its schema current; else Fail."""
+    try:
+        url = database_url(s)
+        with connect(url) as conn:
+            check_current(conn)
+    except psycopg.OperationalError as exc:
+        raise Fail(f"cannot reach the database: {first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:  # connect() took its password out
+        raise Fail(f"bad SENDDOCK_DATABASE_URL: {first_line(exc)}") from exc
+    except SendDockError:  # the schema is not current: main() says so
+        raise
+    except Exception as exc:  # the embedded server failed to start
+        raise Fail(f"cannot start the embedded database: {first_line(exc)}") from exc
+    return url
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_file(path: str | None, what: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Fail(f"cannot read {what} {path}: {exc}") from exc
+
+
+def iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def epilog(*names: str) -> str:
+    """The --help epilog naming the settings a command reads."""
+    return "Settings (environment): " + ", ".join(f"SENDDOCK_{n}" for n in names) + "."
+
+
+# The settings each command reads (its --help lists them). See config.py.
+DB = ("DATABASE_URL", "DATA_DIR")
+SENDING = ("SMTP_URL", "SMTP_TIMEOUT", "RETRY_SCHEDULE")
+LINKS = ("PUBLIC_URL", "SECRET_KEY", "UNSUBSCRIBE_MAILTO")
+WORKER = (
+    *DB,
+    *SENDING,
+    *LINKS,
+    "HEARTBEAT_INTERVAL",
+    "LEASE_SECONDS",
+    "SENDER_FAULT_LIMIT",
+    "JOB_SENDER_FAULT_LIMIT",
+    "CLAIM_BATCH",
+    "RETENTION_DAYS",
+    "ENQUEUE_CHUNK",
+)
+WEB = (
+    "SESSION_SECRET",
+    "COOKIE_SECURE",
+    "SESSION_IDLE_TIMEOUT",
+    "SESSION_LIFETIME",
+    "TRUSTED_PROXIES",
+    "ONE_CLICK",
+)

@@ -1,0 +1,196 @@
+"""Long-running commands: `worker`, `serve`, `demo`.
+
+Each imports what it runs inside its own body, so that `senddock worker`'s supervisor does
+not load the web app, and `senddock serve` not the demo.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import socket
+import sys
+from types import FrameType
+
+import click
+import psycopg
+
+from senddock import config
+from senddock.cli.common import WEB, WORKER, current_database, epilog, settings
+from senddock.config import Settings
+from senddock.db.connect import default_data_dir
+from senddock.words import plural
+
+# `senddock worker` without flags: one process per core (at most this many), each with
+# DEFAULT_CONCURRENCY SMTP sessions. The cap keeps a big machine from opening more sessions to
+# one relay than a small relay tolerates (Postfix allows 50 per client by default).
+DEFAULT_CONCURRENCY = 5
+MAX_AUTO_PROCESSES = 4
+
+
+def default_processes(asked: int | None) -> int:
+    """The worker processes to run: as asked; 0 is one per core; None is the default."""
+    cores = len(os.sched_getaffinity(0))
+    if asked is None:
+        return min(cores, MAX_AUTO_PROCESSES)
+    return asked or cores
+
+
+DEMO_EPILOG = (
+    "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
+    " instead of the demo's own embedded Postgres and SMTP catcher."
+)
+
+
+def startup_block(command: str, s: Settings, senders: str) -> str:
+    """What a long-running command is about to use, for stderr: relays, limits, senders,
+    database and public URL, with a warning for each setting left at a default that only
+    suits a test machine. Passwords are never shown."""
+    rows = config.describe(s)
+    if not s.database_url:
+        rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
+    rows += [("senders", senders), ("public URL", s.public_url)]
+    lines = [f"senddock {command}: starting"]
+    lines += [f"  {label:<12}{text}" for label, text in rows]
+    if config.defaulted(s, "smtp_url"):
+        lines.append(
+            f"  warning: SENDDOCK_SMTP_URL is not set; sending to the default {s.smtp_url}"
+        )
+    if config.defaulted(s, "public_url"):
+        lines.append(
+            "  warning: SENDDOCK_PUBLIC_URL is not set; unsubscribe links in messages point to"
+            f" {s.public_url}, which subscribers cannot reach"
+        )
+    return "\n".join(lines)
+
+
+def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM re-raised by uvicorn once its graceful shutdown is done: a clean exit."""
+    raise SystemExit(0)
+
+
+@click.command("worker", epilog=epilog(*WORKER))
+@click.option(
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 500),
+    help="SMTP sessions (senders) per worker process.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(0, 256),
+    help=f"Worker processes, each with --concurrency SMTP sessions (0: one per core)."
+    f"  [default: one per core, at most {MAX_AUTO_PROCESSES}]",
+)
+def worker_cmd(concurrency: int, processes: int | None) -> None:
+    """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
+    from senddock.delivery.processes import run_processes
+    from senddock.runtime import run_worker
+
+    s = settings()
+    url = current_database(s)
+    processes = default_processes(processes)
+    each = plural(concurrency, "SMTP session")
+    senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
+    click.echo(startup_block("worker", s, senders), err=True)
+    if processes > 1:
+        work = functools.partial(run_worker, s, url, concurrency)
+        note = functools.partial(_note_exit, url)
+        sys.exit(run_processes(processes, work, watchdog=s.lease_seconds, note=note))
+    sys.exit(run_worker(s, url, concurrency))
+
+
+def _note_exit(url: str, pid: int, started: str, reason: str) -> None:
+    """Write down how a worker process ended, for its death record (delivery/rescuer.py)."""
+    from senddock.delivery.rescuer import Identity, note_exit
+
+    ident = Identity(socket.gethostname(), "", pid, started)
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        note_exit(conn, ident, reason)
+
+
+@click.command("demo", epilog=DEMO_EPILOG)
+@click.option(
+    "--subscribers",
+    "count",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(10),
+    help="How many made-up subscribers to send to.",
+)
+def demo_cmd(count: int) -> None:
+    """Run a whole broadcast on an embedded Postgres and SMTP catcher, with a crash in it."""
+    from senddock.demo import run_demo
+
+    sys.exit(run_demo(count))
+
+
+@click.command("serve", epilog=epilog(*WORKER, *WEB))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8025,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port to listen on.",
+)
+@click.option(
+    "--schedule-every",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds between scheduler passes (0: run no scheduler here).",
+)
+@click.option("--no-workers", is_flag=True, help="Send nothing here; run `senddock worker`s.")
+@click.option(
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 500),
+    help="SMTP sessions (senders) of the worker run here.",
+)
+def serve_cmd(
+    host: str, port: int, schedule_every: float, no_workers: bool, concurrency: int
+) -> None:
+    """Serve the API (/api/v1), the dashboard and the unsubscribe pages every message links to
+    (at SENDDOCK_PUBLIC_URL); run the scheduler and, unless --no-workers, a worker."""
+    import uvicorn
+
+    from senddock.web import create_app
+
+    s = settings()
+    url = current_database(s)
+    senders = (
+        "none here (--no-workers): run `senddock worker`"
+        if no_workers
+        else f"{plural(concurrency, 'SMTP session')} in this process"
+    )
+    click.echo(startup_block("serve", s, senders), err=True)
+    click.echo(f"  listening   http://{host}:{port}", err=True)
+    proxies = ", ".join(s.proxies) or "none (X-Forwarded-For is ignored)"
+    click.echo(f"  proxies     {proxies}", err=True)
+    app = create_app(
+        url,
+        schedule_every=schedule_every,
+        settings=s,
+        workers=0 if no_workers else concurrency,
+    )
+    # uvicorn handles SIGTERM/SIGINT: the app's shutdown stops the worker, which finishes
+    # the messages in flight before the process exits. Then it restores our handlers and
+    # raises the signal again: SIGTERM must end in an exit that runs the embedded Postgres's
+    # cleanup (atexit), where its default action would kill us and leave the server running.
+    signal.signal(signal.SIGTERM, _exit_after_shutdown)
+    # X-Forwarded-For names the client only when it comes from a trusted proxy: uvicorn's
+    # default trusts 127.0.0.1, so behind a proxy that passes the client's own header along,
+    # every request could claim a new address (and dodge the sign-in limits).
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+        proxy_headers=bool(s.proxies),
+        forwarded_allow_ips=s.proxies,
+    )
