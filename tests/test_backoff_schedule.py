@@ -68,7 +68,7 @@ def test_a_recipient_that_always_defers_waits_the_real_schedule_then_fails_exhau
 
             # Never tried again, even once its run time has come.
             conn.execute("UPDATE broadcast_jobs SET run_at = now() WHERE id = %s", (row["id"],))
-            assert wait_until(lambda: status(conn, cid)["status"] == "sent", 30)
+            assert wait_until(lambda: status(conn, cid).status == "sent", 30)
             before = catcher.connections
             time.sleep(1.5)  # several claim rounds of the idle worker
             assert catcher.attempts_by_rcpt[address] == 6
@@ -79,4 +79,4 @@ def test_a_recipient_that_always_defers_waits_the_real_schedule_then_fails_exhau
         assert catcher.received_count() == 0
         assert conn.execute("SELECT count(*) AS n FROM suppressions").fetchone() == {"n": 0}
         st = status(conn, cid)
-        assert (st["failed"], st["exhausted"], st["sent"]) == (1, 1, 0)
+        assert (st.counts.failed, st.counts.exhausted, st.counts.sent) == (1, 1, 0)

@@ -129,7 +129,7 @@ def test_the_api_refuses_a_send_time_in_the_past_naming_the_field(
         cid = c.post("/api/v1/campaigns", json=body).json()["id"]
         late = c.post(f"/api/v1/campaigns/{cid}/schedule", json={"at": PAST})
         assert late.status_code == 422 and late.json()["error"]["field"] == "at", late.text
-        assert status(conn, cid)["status"] == "draft"
+        assert status(conn, cid).status == "draft"
 
 
 # -- 2. cancel says what it cancelled ------------------------------------------------------
@@ -147,15 +147,15 @@ def test_cancel_counts_the_jobs_claimed_but_not_started_as_cancelled(
         with ThreadWorker(db_url, relay.url, concurrency=2):
             # Senders hold whole batches: one message in flight each, the rest claimed.
             assert wait_until(
-                lambda: status(conn, cid)["sending"] > 20 and relay.received_count() >= 2
+                lambda: status(conn, cid).counts.sending > 20 and relay.received_count() >= 2
             )
             out = ok(senddock(env, "campaign", "cancel", str(cid))).stdout
-            assert wait_until(lambda: status(conn, cid)["sending"] == 0, 30)
+            assert wait_until(lambda: status(conn, cid).counts.sending == 0, 30)
         final = status(conn, cid)
     said = re.search(r"(\d+) messages? will not be sent", out)
     assert said, out
-    assert int(said.group(1)) == final["cancelled"], (out, final)
-    assert final["sent"] + final["cancelled"] == final["total"] == 400
+    assert int(said.group(1)) == final.counts.cancelled, (out, final)
+    assert final.counts.sent + final.counts.cancelled == final.counts.total == 400
     assert "in flight" in out, out
 
 
@@ -168,7 +168,7 @@ def test_status_of_a_cancelled_campaign_says_cancelled_with_sent_and_cancelled_c
     seed_list(conn, "news", [f"r{n}@example.com" for n in range(10)])
     cid = created(env, tmp_path)
     ok(senddock(env, "campaign", "send", str(cid)))
-    bid = status(conn, cid)["broadcast_id"]
+    bid = status(conn, cid).broadcast_id
     conn.execute(
         "UPDATE broadcast_jobs SET status = 'sent', sent_at = now() WHERE id IN"
         " (SELECT id FROM broadcast_jobs WHERE broadcast_id = %s ORDER BY id LIMIT 3)",
@@ -197,7 +197,7 @@ def test_send_of_a_cancelled_campaign_says_cancelled_and_fails(
     draft = created(env, tmp_path)
     ok(senddock(env, "campaign", "cancel", str(draft)))
     one_line_error(senddock(env, "campaign", "send", str(draft)), "cancelled")
-    assert status(conn, cid)["cancelled"] == 2
+    assert status(conn, cid).counts.cancelled == 2
     row = conn.execute("SELECT count(*) AS n FROM broadcasts").fetchone()
     assert row == {"n": 1}
 
@@ -233,7 +233,7 @@ def test_send_with_no_live_worker_warns_that_nothing_will_be_sent(
     assert "no worker is running" in proc.stderr and "senddock worker" in proc.stderr
     assert "started" in proc.stdout
     with ThreadWorker(db_url, catcher.url):
-        assert wait_until(lambda: status(conn, first)["status"] == "sent")
+        assert wait_until(lambda: status(conn, first).status == "sent")
         quiet = ok(senddock(worker_env(db_url, catcher.url), "campaign", "send", str(second)))
     assert "worker" not in quiet.stderr, quiet.stderr
 
@@ -261,7 +261,7 @@ def test_recipients_and_status_show_the_reason_of_a_failure_with_no_smtp_code(
     cid = created(env, tmp_path)
     ok(senddock(env, "campaign", "send", str(cid)))
     with ThreadWorker(db_url, NO_SMTP):  # nothing listens: connection refused, no code
-        assert wait_until(lambda: status(conn, cid)["retry"] > 0, 30)
+        assert wait_until(lambda: status(conn, cid).counts.retry > 0, 30)
     rows = ok(senddock(env, "campaign", "recipients", str(cid))).stdout
     tried = conn.execute(
         "SELECT email, last_stage, last_reply FROM broadcast_jobs WHERE status = 'retry'"
@@ -273,7 +273,7 @@ def test_recipients_and_status_show_the_reason_of_a_failure_with_no_smtp_code(
         assert " ".join(t["last_reply"].split()) in line and t["last_stage"] in line, line
 
     # A worker that died mid-attempt: its jobs are rescued with the reason and no code.
-    bid = status(conn, cid)["broadcast_id"]
+    bid = status(conn, cid).broadcast_id
     conn.execute(
         "UPDATE broadcast_jobs SET status = 'sending', owner = 4242, attempts = 1"
         " WHERE broadcast_id = %s AND email = 'ada@example.com'",
@@ -318,7 +318,7 @@ def test_status_watch_ends_with_the_final_counts_once_the_campaign_is_finished(
     cid = created(env, tmp_path)
     ok(senddock(env, "campaign", "send", str(cid)))
     with ThreadWorker(db_url, catcher.url):
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent")
+        assert wait_until(lambda: status(conn, cid).status == "sent")
     proc = ok(senddock(env, "campaign", "status", str(cid), "--watch", timeout=30))
     assert "sent" in proc.stdout and re.search(r"\bsent\s+2\b", proc.stdout), proc.stdout
 

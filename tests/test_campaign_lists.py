@@ -28,7 +28,7 @@ def test_a_campaign_to_two_overlapping_lists_sends_each_address_once(
     counts = catcher.count_by_rcpt()
     assert sorted(counts) == ["a@example.com", "b@example.com", "both@example.com", "c@example.com"]
     assert set(counts.values()) == {1}
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 def test_create_with_an_unknown_list_among_several_stores_nothing(conn: Conn) -> None:

@@ -38,9 +38,9 @@ def test_recipients_shows_each_outcome_and_retry_failed_sends_only_the_unsuppres
     catcher.fault_for = rule
     cid, bid = send_campaign(conn, "news", PEOPLE)
     with ThreadWorker(db_url, catcher.url):
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent")
+        assert wait_until(lambda: status(conn, cid).status == "sent")
     st = status(conn, cid)
-    assert (st["sent"], st["exhausted"], st["bounced"]) == (1, 1, 1)
+    assert (st.counts.sent, st.counts.exhausted, st.counts.bounced) == (1, 1, 1)
 
     env = worker_env(db_url, catcher.url)
     proc = senddock(env, "campaign", "recipients", str(cid), "--csv")
@@ -83,7 +83,7 @@ def test_recipients_shows_each_outcome_and_retry_failed_sends_only_the_unsuppres
     assert retry.returncode == 0, retry.stderr
     assert "1 failed recipients queued again" in retry.stdout
     st = status(conn, cid)
-    assert (st["status"], st["pending"], st["sent"], st["failed"], st["total"]) == (
+    assert (st.status, st.counts.pending, st.counts.sent, st.counts.failed, st.counts.total) == (
         "sending",
         1,
         1,
@@ -96,17 +96,17 @@ def test_recipients_shows_each_outcome_and_retry_failed_sends_only_the_unsuppres
 
     with ThreadWorker(db_url, catcher.url):
         assert catcher.wait_for(1, timeout=30)
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent")
+        assert wait_until(lambda: status(conn, cid).status == "sent")
     assert [r.rcpt for r in catcher.received()] == ["stuck@example.com"]
     assert catcher.received()[0].message_id == by_job["stuck@example.com"]["message_id"]
     st = status(conn, cid)
-    assert (st["total"], st["sent"], st["failed"], st["bounced"]) == (3, 2, 1, 1)
+    assert (st.counts.total, st.counts.sent, st.counts.failed, st.counts.bounced) == (3, 2, 1, 1)
     assert unfinished(conn, bid) == 0
 
     # Nothing left to retry: nothing changes, and the campaign stays sent.
     again = senddock(env, "campaign", "retry-failed", str(cid))
     assert "0 failed recipients" in again.stdout
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 def test_retry_failed_refuses_a_campaign_never_sent(db_url: str, conn: Conn) -> None:
@@ -168,6 +168,6 @@ def test_retry_failed_wins_over_a_finish_that_read_the_queue_before_it_committed
             c.close()
     assert result["n"] == 2
     st = status(conn, cid)
-    assert (st["status"], st["pending"], st["failed"]) == ("sending", 2, 0)
+    assert (st.status, st.counts.pending, st.counts.failed) == ("sending", 2, 0)
     b = conn.execute("SELECT status FROM broadcasts WHERE id = %s", (bid,)).fetchone()
     assert b == {"status": "running"}

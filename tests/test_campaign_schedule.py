@@ -63,8 +63,8 @@ def test_several_schedulers_at_once_enqueue_each_due_campaign_exactly_once(
         " GROUP BY campaign_id"
     ).fetchall()
     assert {r["campaign_id"]: (r["n"], r["total"]) for r in rows} == {c: (1, 2) for c in due}
-    assert status(conn, later)["status"] == "draft"
-    assert status(conn, unscheduled)["status"] == "draft"
+    assert status(conn, later).status == "draft"
+    assert status(conn, unscheduled).status == "draft"
 
 
 def test_a_due_campaign_with_nobody_to_send_to_is_unscheduled_with_the_reason(
@@ -127,13 +127,13 @@ def test_serve_runs_the_scheduler_and_a_due_campaign_is_sent(
     )
     try:
         with ThreadWorker(db_url, catcher.url):
-            assert wait_until(lambda: status(conn, due)["status"] == "sent", timeout=60)
+            assert wait_until(lambda: status(conn, due).status == "sent", timeout=60)
     finally:
         serve.terminate()
         serve.wait(15)
         log.close()
     assert catcher.delivered_once(["ada@example.com", "bob@example.com"])
-    assert status(conn, later)["status"] == "draft"
+    assert status(conn, later).status == "draft"
     row = conn.execute("SELECT send_at FROM campaigns WHERE id = %s", (later,)).fetchone()
     assert row is not None and row["send_at"].year == 2099
 
@@ -161,7 +161,7 @@ def test_campaign_test_sends_the_rendered_message_without_a_broadcast(
     assert str(got["ada@example.com"]["Message-ID"]).startswith(f"<test.{cid}.")
     assert got["ada@example.com"]["List-Unsubscribe"] is not None
     # No broadcast, no job rows: the campaign is still a draft.
-    assert status(conn, cid)["status"] == "draft"
+    assert status(conn, cid).status == "draft"
     assert conn.execute("SELECT count(*) AS n FROM broadcast_jobs").fetchone() == {"n": 0}
 
     bounced = senddock(env, "campaign", "test", str(cid), "--to", "bounce-x@example.com")

@@ -6,9 +6,8 @@ The test samples `status()` as fast as it can while a real worker drains 2,000 r
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from senddock.campaigns import broadcast, cancel, retry_failed, status
+from senddock.campaigns import CampaignStatus, broadcast, cancel, retry_failed, status
 from senddock.queue.counts import Counts, counts_of
 from senddock.testing import Catcher
 from support import Conn, ThreadWorker, send_campaign, unfinished, wait_until
@@ -30,46 +29,46 @@ def test_counts_move_while_sending_and_the_campaign_is_sent_only_at_the_end(
     emails = [f"user{i}@example.com" for i in range(N)]
     cid, bid = send_campaign(conn, "news", emails)
     first = status(conn, cid)
-    assert (first["status"], first["total"], first["pending"], first["sent"]) == (
+    assert (first.status, first.counts.total, first.counts.pending, first.counts.sent) == (
         "sending",
         N,
         N,
         0,
     )
 
-    samples: list[dict[str, Any]] = []
+    samples: list[CampaignStatus] = []
     resent_mid_way = False
     with ThreadWorker(db_url, catcher.url, concurrency=2):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             st = status(conn, cid)
             samples.append(st)
-            if st["status"] == "sent":
+            if st.status == "sent":
                 break
-            if not resent_mid_way and 0 < st["sent"] < N:
+            if not resent_mid_way and 0 < st.counts.sent < N:
                 # Sending the same campaign again while it drains creates nothing new.
                 assert broadcast(conn, cid) == (bid, N, False)
                 assert job_count(conn, bid) == N
                 resent_mid_way = True
             time.sleep(0.005)
-    assert samples[-1]["status"] == "sent", samples[-1]
+    assert samples[-1].status == "sent", samples[-1]
 
     last_sent = 0
     for st in samples:
-        unsettled = st["pending"] + st["sending"] + st["retry"]
-        assert st["total"] == N
-        assert st["total"] == unsettled + st["sent"] + st["failed"], st
-        assert st["sent"] >= last_sent, (last_sent, st)
-        last_sent = st["sent"]
-        assert st["status"] in ("sending", "sent"), st
-        if st["status"] == "sent":
+        unsettled = st.counts.pending + st.counts.sending + st.counts.retry
+        assert st.counts.total == N
+        assert st.counts.total == unsettled + st.counts.sent + st.counts.failed, st
+        assert st.counts.sent >= last_sent, (last_sent, st)
+        last_sent = st.counts.sent
+        assert st.status in ("sending", "sent"), st
+        if st.status == "sent":
             assert unsettled == 0, st
-    mid_way = [st for st in samples if 0 < st["sent"] < N and st["status"] == "sending"]
+    mid_way = [st for st in samples if 0 < st.counts.sent < N and st.status == "sending"]
     assert mid_way, "no sample caught the campaign part-way through"
     assert resent_mid_way
 
-    done = samples[-1]
-    assert (done["sent"], done["failed"], done["pending"], done["sending"], done["retry"]) == (
+    done = samples[-1].counts
+    assert (done.sent, done.failed, done.pending, done.sending, done.retry) == (
         N,
         0,
         0,
@@ -83,7 +82,7 @@ def test_counts_move_while_sending_and_the_campaign_is_sent_only_at_the_end(
     assert broadcast(conn, cid) == (bid, N, False)
     assert job_count(conn, bid) == N
     assert conn.execute("SELECT count(*) AS n FROM broadcasts").fetchone() == {"n": 1}
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
     assert catcher.delivered_once(emails)
 
 
@@ -138,10 +137,10 @@ def test_the_counters_equal_a_recount_of_the_jobs_at_every_moment(
         while time.monotonic() < deadline:
             _agree(conn)
             st = status(conn, other)
-            if not cancelled and st["sent"] > 20:
+            if not cancelled and st.counts.sent > 20:
                 cancel(conn, other)
                 cancelled = True
-            if status(conn, cid)["status"] == "sent" and status(conn, other)["sending"] == 0:
+            if status(conn, cid).status == "sent" and status(conn, other).counts.sending == 0:
                 break
             time.sleep(0.01)
         assert cancelled
@@ -151,9 +150,9 @@ def test_the_counters_equal_a_recount_of_the_jobs_at_every_moment(
         conn.execute("DELETE FROM suppressions WHERE email = 'bounce-0@example.com'")
         assert retry_failed(conn, cid) == 1
         _agree(conn)
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 60)
+        assert wait_until(lambda: status(conn, cid).status == "sent", 60)
         counts = _agree(conn)
     done = status(conn, cid)
-    assert (done["sent"], done["bounced"], done["total"]) == (310, 10, 320), done
+    assert (done.counts.sent, done.counts.bounced, done.counts.total) == (310, 10, 320), done
     assert sum(c.total for c in counts.values()) == 520
     _agree(conn)

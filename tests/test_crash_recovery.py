@@ -100,7 +100,7 @@ def test_worker_killed_three_times_mid_send_loses_nobody(
     assert len(held_back) <= len(kill_at) * CONCURRENCY  # at most one a session a kill
     assert {rows[e]["id"] for e in held_back} <= held
     st = status(conn, cid)
-    assert (st["sent"], st["unconfirmed"], st["total"]) == (
+    assert (st.counts.sent, st.counts.unconfirmed, st.counts.total) == (
         2000 - len(held_back),
         len(held_back),
         2000,

@@ -147,11 +147,11 @@ def test_form_posts_without_the_csrf_token_are_refused_and_change_nothing(
                 assert r.status_code == 403, (action, data)
             r = http.post("/suppressions", data={**data, "email": "ada@example.org"})
             assert r.status_code == 403
-        assert campaigns.status(conn, cid)["status"] == "sending"
+        assert campaigns.status(conn, cid).status == "sending"
         b = conn.execute("SELECT status FROM broadcasts WHERE id = %s", (bid,)).fetchone()
         assert b == {"status": "running"}
         assert conn.execute("SELECT count(*) AS n FROM suppressions").fetchone() == {"n": 0}
-        assert campaigns.status(conn, cid)["pending"] == 2
+        assert campaigns.status(conn, cid).counts.pending == 2
 
 
 def test_pause_and_resume_buttons_change_the_broadcast(server: Server, conn: Conn) -> None:
@@ -170,7 +170,7 @@ def test_pause_and_resume_buttons_change_the_broadcast(server: Server, conn: Con
         row = conn.execute("SELECT status FROM broadcasts WHERE id = %s", (bid,)).fetchone()
         assert row == {"status": "running"}
         http.post(f"/campaigns/{cid}/cancel", data={"csrf": token})
-        assert campaigns.status(conn, cid)["cancelled"] == 1
+        assert campaigns.status(conn, cid).counts.cancelled == 1
 
 
 def test_campaign_streams_push_exact_counts(server: Server, conn: Conn) -> None:
@@ -224,10 +224,10 @@ def test_new_campaign_form_shows_a_template_error_and_stores_nothing(
         r = http.post("/campaigns", data={**form, "subject": "Hi {{ subscriber.name }}"})
         assert r.status_code == 303
         cid = int(r.headers["location"].rsplit("/", 1)[1])
-        assert campaigns.status(conn, cid)["status"] == "draft"
+        assert campaigns.status(conn, cid).status == "draft"
         r = http.post(f"/campaigns/{cid}/send", data={"csrf": token})
         assert r.status_code == 303
-        assert campaigns.status(conn, cid)["pending"] == 1
+        assert campaigns.status(conn, cid).counts.pending == 1
 
 
 def test_import_form_imports_the_file_and_reports_rejected_lines(
@@ -414,7 +414,7 @@ def test_a_cancelled_campaign_shows_cancelled_with_its_counts_not_100_percent_do
     )
     with logged_in(server) as (http, token):
         http.post(f"/campaigns/{cid}/cancel", data={"csrf": token})
-        assert campaigns.status(conn, cid)["status"] == "cancelled"
+        assert campaigns.status(conn, cid).status == "cancelled"
 
         page = http.get(f"/campaigns/{cid}").text
         bar = re.search(r'<div class="progress" role="progressbar"[^>]*>', page)

@@ -129,7 +129,7 @@ def test_a_250_after_data_marks_the_job_sent_with_its_message_id(
         assert received_ids(catcher, address) == [rows[address]["message_id"]]
     assert len({r["message_id"] for r in rows.values()}) == len(emails)
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["failed"], st["total"]) == ("sent", 3, 0, 3)
+    assert (st.status, st.counts.sent, st.counts.failed, st.counts.total) == ("sent", 3, 0, 3)
 
 
 # -- 4xx / network errors: retry with backoff, delivered once ------------------------------
@@ -157,7 +157,7 @@ def test_a_4xx_at_rcpt_is_retried_and_delivered_once_with_the_same_message_id(
     # Same Message-ID in the retry state, in the sent state, and at the server.
     assert first["message_id"] == second["message_id"] == done["message_id"]
     assert received_ids(catcher, flaky) == [done["message_id"]]
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 def test_a_4xx_after_data_is_retried_and_delivered_once(
@@ -203,7 +203,7 @@ def test_a_refused_connection_is_retried_never_failed_nor_suppressed(
         assert set(subscriber_statuses(conn).values()) == {"active"}
         assert catcher.received_count() == 0
         st = status(conn, cid)
-        assert (st["status"], st["failed"]) == ("sending", 0)
+        assert (st.status, st.counts.failed) == ("sending", 0)
 
         catcher.set_down(False)
         make_due(conn, bid)
@@ -213,7 +213,7 @@ def test_a_refused_connection_is_retried_never_failed_nor_suppressed(
         assert_sent(row, attempts=row["attempts"])
         assert received_ids(catcher, address) == [row["message_id"]]
     assert suppressed(conn) == []
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 def test_a_disconnect_mid_data_is_retried_and_delivered_once(
@@ -313,7 +313,7 @@ def test_a_5_1_1_at_rcpt_bounces_suppresses_and_is_never_retried(
     assert catcher.attempts_by_rcpt[bounced] == 1
     assert catcher.delivered_once(good)
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["bounced"], st["failed"]) == ("sent", 2, 1, 1)
+    assert (st.status, st.counts.sent, st.counts.bounced, st.counts.failed) == ("sent", 2, 1, 1)
 
 
 def test_a_rcpt_5xx_without_enhanced_code_is_a_bounce(conn: Conn, db_url: str) -> None:
@@ -351,7 +351,7 @@ def test_a_bounced_address_is_skipped_by_the_next_campaign_to_the_same_list(
         drain(conn, second)
     assert catcher.delivered_once(good)
     assert catcher.attempts_by_rcpt[bounced] == 1  # the first campaign's one attempt only
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 # -- 5xx about us: nobody suppressed, attempt given back, broadcast paused -----------------
@@ -389,10 +389,10 @@ def test_a_relay_rejecting_us_pauses_the_broadcast_and_suppresses_nobody(
     with ThreadWorker(
         db_url, catcher.url, concurrency=1, retry_schedule=HOLD, sender_fault_limit=3
     ):
-        assert wait_until(lambda: status(conn, cid)["status"] == "paused", 30), status(conn, cid)
-        assert wait_until(lambda: status(conn, cid)["sending"] == 0, 30)
+        assert wait_until(lambda: status(conn, cid).status == "paused", 30), status(conn, cid)
+        assert wait_until(lambda: status(conn, cid).counts.sending == 0, 30)
         st = status(conn, cid)
-        assert f"{code} {reply}" in (st["pause_reason"] or "")
+        assert f"{code} {reply}" in (st.pause_reason or "")
         b = conn.execute("SELECT status FROM broadcasts WHERE id = %s", (bid,)).fetchone()
         assert b is not None and b["status"] == "paused"
 
@@ -408,7 +408,7 @@ def test_a_relay_rejecting_us_pauses_the_broadcast_and_suppresses_nobody(
         for r in rows.values():
             if r["sender_faults"] == 0:
                 assert (r["status"], r["attempts"]) == ("pending", 0)
-        assert st["failed"] == 0
+        assert st.counts.failed == 0
         assert suppressed(conn) == []
         assert set(subscriber_statuses(conn).values()) == {"active"}
         assert catcher.received_count() == 0
@@ -422,7 +422,7 @@ def test_a_relay_rejecting_us_pauses_the_broadcast_and_suppresses_nobody(
         assert_sent(row, attempts=1)
         assert received_ids(catcher, address) == [row["message_id"]]
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["pause_reason"]) == ("sent", len(emails), None)
+    assert (st.status, st.counts.sent, st.pause_reason) == ("sent", len(emails), None)
     assert suppressed(conn) == []
 
 
@@ -455,7 +455,7 @@ def test_a_job_sent_back_by_sender_faults_too_often_fails_as_rejected_unsuppress
         assert suppressed(conn) == []
         assert set(subscriber_statuses(conn).values()) == {"active"}
         st = status(conn, cid)
-        assert (st["status"], st["sent"], st["rejected"]) == ("sent", 2, 1)
+        assert (st.status, st.counts.sent, st.counts.rejected) == ("sent", 2, 1)
 
 
 def test_another_5xx_at_rcpt_fails_as_rejected_and_suppresses_nobody(
@@ -480,7 +480,7 @@ def test_another_5xx_at_rcpt_fails_as_rejected_and_suppresses_nobody(
         assert catcher.delivered_once(["bob@example.com"])
         assert suppressed(conn) == []
         assert set(subscriber_statuses(conn).values()) == {"active"}
-        assert status(conn, cid)["status"] == "sent"
+        assert status(conn, cid).status == "sent"
 
 
 # -- suppressed after enqueue: failed as suppressed, never sent ----------------------------
@@ -504,4 +504,4 @@ def test_an_address_suppressed_after_enqueue_is_never_sent(
     assert catcher.attempts_by_rcpt[gone] == 0
     assert catcher.delivered_once(good)
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["suppressed"]) == ("sent", 2, 1)
+    assert (st.status, st.counts.sent, st.counts.suppressed) == ("sent", 2, 1)

@@ -106,12 +106,12 @@ def test_send_returns_before_a_big_list_is_enqueued_and_a_worker_sends_everyone_
     assert len(jobs_by_address(conn, bid)) == FIRST_CHUNK
     print(f"broadcast() returned in {took:.3f} s (a figure: bench/enqueue.py measures it)")
     st = status(conn, cid)
-    assert (st["status"], st["total"], st["enqueue_done"]) == ("sending", FIRST_CHUNK, False)
+    assert (st.status, st.counts.total, st.enqueue_done) == ("sending", FIRST_CHUNK, False)
 
     with ThreadWorker(db_url, catcher.url, concurrency=5, enqueue_chunk=700):
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 120)
+        assert wait_until(lambda: status(conn, cid).status == "sent", 120)
     st = status(conn, cid)
-    assert (st["total"], st["sent"], st["enqueue_done"]) == (6000, 6000, True)
+    assert (st.counts.total, st.counts.sent, st.enqueue_done) == (6000, 6000, True)
     assert set(jobs_by_address(conn, bid).values()) == {1}
     assert len(jobs_by_address(conn, bid)) == len(emails)
     counts = catcher.count_by_rcpt()
@@ -157,17 +157,17 @@ def test_worker_killed_mid_enqueue_leaves_every_recipient_one_job_and_one_messag
         ).fetchone()
         assert past == {"n": 0}, part
     assert 0 < before < len(emails)
-    assert status(conn, cid)["enqueue_done"] is False
+    assert status(conn, cid).enqueue_done is False
 
     resume(conn, cid)
     fleet.start(env, "replacement")
-    assert wait_until(lambda: status(conn, cid)["status"] == "sent", 120)
+    assert wait_until(lambda: status(conn, cid).status == "sent", 120)
     per_address = jobs_by_address(conn, bid)
     assert sorted(per_address) == sorted(emails) and set(per_address.values()) == {1}
     counts = catcher.count_by_rcpt()
     assert sorted(counts) == sorted(emails) and set(counts.values()) == {1}
     st = status(conn, cid)
-    assert (st["total"], st["sent"], st["enqueue_done"]) == (5000, 5000, True)
+    assert (st.counts.total, st.counts.sent, st.enqueue_done) == (5000, 5000, True)
 
 
 def test_cancel_mid_enqueue_rolls_back_the_chunk_in_flight_and_stops_the_enqueue(
@@ -189,7 +189,7 @@ def test_cancel_mid_enqueue_rolls_back_the_chunk_in_flight_and_stops_the_enqueue
     assert len(jobs_by_address(conn, bid)) == FIRST_CHUNK
     assert enqueue_all(conn) == 0 and not enqueuing(conn, bid)
     st = status(conn, cid)
-    assert (st["status"], st["total"], st["cancelled"], st["enqueue_done"]) == (
+    assert (st.status, st.counts.total, st.counts.cancelled, st.enqueue_done) == (
         "cancelled",
         FIRST_CHUNK,
         FIRST_CHUNK,
@@ -226,7 +226,7 @@ def test_a_big_broadcast_is_enqueued_in_parts_by_cooperating_workers(
     per_address = jobs_by_address(conn, bid)
     assert len(per_address) == len(emails) and set(per_address.values()) == {1}
     st = status(conn, cid)
-    assert (st["total"], st["pending"], st["enqueue_done"]) == (len(emails), len(emails), True)
+    assert (st.counts.total, st.counts.pending, st.enqueue_done) == (len(emails), len(emails), True)
     assert broadcast(conn, cid) == (bid, len(emails), False)
 
 
@@ -239,7 +239,7 @@ def test_status_shows_progress_and_nothing_finishes_before_the_last_chunk(conn: 
     conn.execute("UPDATE broadcast_jobs SET status = 'sent' WHERE broadcast_id = %s", (bid,))
     conn.execute(QUERIES["finish"])
     st = status(conn, cid)
-    assert (st["status"], st["total"], st["sent"], st["enqueue_done"]) == (
+    assert (st.status, st.counts.total, st.counts.sent, st.enqueue_done) == (
         "sending",
         FIRST_CHUNK,
         FIRST_CHUNK,
@@ -247,17 +247,17 @@ def test_status_shows_progress_and_nothing_finishes_before_the_last_chunk(conn: 
     )
     chunk = enqueue_chunk(conn, bid, 1000)
     assert chunk is not None and (chunk.jobs, chunk.done) == (1000, False)
-    assert status(conn, cid)["total"] == FIRST_CHUNK + 1000
+    assert status(conn, cid).counts.total == FIRST_CHUNK + 1000
     assert enqueue_all(conn, bid, 1000) == 1500
     st = status(conn, cid)
-    assert (st["status"], st["total"], st["pending"], st["enqueue_done"]) == (
+    assert (st.status, st.counts.total, st.counts.pending, st.enqueue_done) == (
         "sending",
         3500,
         2500,
         True,
     )
     conn.execute("UPDATE broadcast_jobs SET status = 'sent' WHERE broadcast_id = %s", (bid,))
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 def test_a_job_that_exists_already_is_skipped_and_the_rest_of_its_chunk_lands(
@@ -282,7 +282,7 @@ def test_a_job_that_exists_already_is_skipped_and_the_rest_of_its_chunk_lands(
         (bid, "big1500@example.com"),
     ).fetchone()
     assert row == {"message_id": "<by-hand@example.com>"}  # the job that was there stays
-    assert status(conn, cid)["enqueue_done"] is True
+    assert status(conn, cid).enqueue_done is True
 
 
 def test_people_who_join_after_send_are_not_swept_into_the_broadcast(conn: Conn) -> None:

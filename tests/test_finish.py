@@ -72,13 +72,13 @@ def test_a_later_bounce_before_finish_runs_does_not_keep_a_drained_campaign_open
 
     assert finish(conn) == [cid]
     status = campaigns.status(conn, cid)
-    assert (status["status"], status["sent"], status["pending"], status["unfinished"]) == (
+    assert (status.status, status.counts.sent, status.counts.pending, status.counts.unfinished) == (
         "sent",
         3,
         0,
         0,
     )
-    assert status["bounced_later"] == 1
+    assert status.counts.bounced_later == 1
 
 
 def test_a_later_bounce_never_finishes_a_campaign_with_a_job_still_pending(
@@ -92,7 +92,7 @@ def test_a_later_bounce_never_finishes_a_campaign_with_a_job_still_pending(
 
     assert finish(conn) == []
     status = campaigns.status(conn, cid)
-    assert (status["status"], status["sent"], status["pending"], status["unfinished"]) == (
+    assert (status.status, status.counts.sent, status.counts.pending, status.counts.unfinished) == (
         "sending",
         1,
         1,
@@ -104,7 +104,12 @@ def test_a_later_bounce_never_finishes_a_campaign_with_a_job_still_pending(
     assert finish(conn) == [cid]
     assert {j["status"] for j in jobs(conn, bid).values()} == {"sent"}
     status = campaigns.status(conn, cid)
-    assert (status["status"], status["sent"], status["pending"], status["bounced_later"]) == (
+    assert (
+        status.status,
+        status.counts.sent,
+        status.counts.pending,
+        status.counts.bounced_later,
+    ) == (
         "sent",
         2,
         0,

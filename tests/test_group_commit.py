@@ -271,11 +271,11 @@ def test_an_outcome_that_cannot_be_written_stops_the_worker_and_nothing_is_lost(
     held = {r["email"] for r in rows}
     assert "doomed@example.com" in held and len(held) <= 2  # at most one a session
     assert {r["status"] for r in rows} == {"unconfirmed"}
-    assert status(conn, cid)["status"] == "sending"  # not `sent` while any is unconfirmed
+    assert status(conn, cid).status == "sending"  # not `sent` while any is unconfirmed
     with conn.transaction():
         assert queue.confirm(conn, bid) == len(held)
     queue.finish_sync(conn)
-    assert status(conn, cid)["status"] == "sent"
+    assert status(conn, cid).status == "sent"
 
 
 async def _carry_then_rescue(db_url: str, owner: int) -> dict[str, list[Job]]:

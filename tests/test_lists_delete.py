@@ -102,7 +102,7 @@ def test_api_and_dashboard_refuse_while_sending_and_delete_after_the_cancel(
     assert scalar(conn, "SELECT count(*) FROM lists") == 0
     assert scalar(conn, "SELECT count(*) FROM subscribers") == 3
     assert count(conn, bid) == before  # the cancelled campaign's counts stay
-    assert campaigns.status(conn, cid)["status"] == "cancelled"
+    assert campaigns.status(conn, cid).status == "cancelled"
     # The sign-up's proof of consent stays, with no list.
     kept = conn.execute("SELECT list_id, ip FROM signup_consents").fetchall()
     assert kept == [{"list_id": None, "ip": "::1"}]

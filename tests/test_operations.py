@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from senddock.campaigns import cancel, pause, resume, status
+from senddock.campaigns import CampaignStatus, cancel, pause, resume, status
 from senddock.testing import Catcher
 from support import (
     Conn,
@@ -21,8 +21,9 @@ from support import (
 COUNTED = ("pending", "sending", "retry", "sent", "failed", "cancelled")
 
 
-def assert_exact(st: dict[str, int]) -> None:
-    assert st["total"] == sum(st[k] for k in COUNTED), st
+def assert_exact(st: CampaignStatus) -> None:
+    counts = st.counts.as_dict()
+    assert counts["total"] == sum(counts[k] for k in COUNTED), st
 
 
 def test_pause_stops_new_sends_at_once_and_resume_finishes_everyone_once(
@@ -36,21 +37,24 @@ def test_pause_stops_new_sends_at_once_and_resume_finishes_everyone_once(
             pause(conn, cid)
             at_pause = catcher.received_count()
             # Messages in flight finish; nothing new starts.
-            assert wait_until(lambda: status(conn, cid)["sending"] == 0, 10)
+            assert wait_until(lambda: status(conn, cid).counts.sending == 0, 10)
             settled = catcher.received_count()
             time.sleep(1.5)
             st = status(conn, cid)
-            assert st["status"] == "paused"
+            assert st.status == "paused"
             assert_exact(st)
             assert catcher.received_count() == settled, "a message was sent while paused"
             assert settled - at_pause <= 5 * 2, (at_pause, settled)
-            assert st["sent"] == settled and st["pending"] + st["retry"] == len(emails) - settled
+            assert (
+                st.counts.sent == settled
+                and st.counts.pending + st.counts.retry == len(emails) - settled
+            )
             resume(conn, cid)
             assert wait_until(lambda: unfinished(conn, bid) == 0, 60)
         counts = catcher.count_by_rcpt()
     assert sorted(counts) == sorted(emails) and set(counts.values()) == {1}
     st = status(conn, cid)
-    assert (st["status"], st["sent"]) == ("sent", len(emails))
+    assert (st.status, st.counts.sent) == ("sent", len(emails))
 
 
 def test_cancel_mid_send_cancels_the_rest_and_sends_nothing_more(conn: Conn, db_url: str) -> None:
@@ -66,9 +70,9 @@ def test_cancel_mid_send_cancels_the_rest_and_sends_nothing_more(conn: Conn, db_
             assert catcher.received_count() == settled, "a message was sent after cancel"
         counts = catcher.count_by_rcpt()
     st = status(conn, cid)
-    assert st["status"] == "cancelled"
+    assert st.status == "cancelled"
     assert_exact(st)
-    assert st["sent"] == settled and st["cancelled"] == len(emails) - settled
+    assert st.counts.sent == settled and st.counts.cancelled == len(emails) - settled
     assert set(counts.values()) == {1}
     # Every row agrees with the server: sent rows were received, cancelled rows were not.
     rows = conn.execute(

@@ -78,8 +78,8 @@ def test_a_job_that_kills_its_worker_fails_alone_and_everyone_else_is_sent_once(
     assert all("killed by SIGKILL" in d["reason"] for d in deaths), deaths
     assert all(bid in d["broadcast_ids"] for d in deaths)
     st = status(conn, cid)
-    assert st["status"] == "sent"
-    assert st["worker_deaths"] == 3 and "SIGKILL" in str(st["last_worker_death"])
+    assert st.status == "sent"
+    assert st.worker_deaths == 3 and "SIGKILL" in str(st.last_worker_death)
     assert len(re.findall(r"exited|killed by SIGKILL", logged)) >= 3
     _deaths_shown_on_every_surface(conn, db_url, cid)
 

@@ -26,7 +26,7 @@ def test_a_campaign_status_is_its_broadcasts_whoever_writes_the_broadcast(
     conn: Conn, broadcast_status: str, campaign_status: str
 ) -> None:
     cid, bid = send_campaign(conn, "news", ["a@example.com"])
-    assert status(conn, cid)["status"] == "sending"  # the new broadcast is running
+    assert status(conn, cid).status == "sending"  # the new broadcast is running
     # Any statement that moves the broadcast moves its campaign, in that statement.
     conn.execute("UPDATE broadcasts SET status = %s WHERE id = %s", (broadcast_status, bid))
     row = conn.execute("SELECT status FROM campaigns WHERE id = %s", (cid,)).fetchone()
@@ -42,7 +42,7 @@ def test_a_draft_has_no_broadcast_and_is_cancelled_on_its_own(conn: Conn) -> Non
         conn, name="d", list_name="news", subject="s", from_addr="n@example.org", text_body="x"
     )
     assert cancel(conn, cid) == 0
-    assert status(conn, cid)["status"] == "cancelled"
+    assert status(conn, cid).status == "cancelled"
 
 
 # A statement that writes a job's, broadcast's or campaign's status, or creates or deletes jobs.
@@ -101,4 +101,4 @@ def test_a_chunk_over_jobs_already_there_enqueues_only_the_missing_ones(
     ).fetchone()
     assert row is not None
     assert (row["n"], row["people"], row["total"], row["cursors"]) == (30, 30, 30, 0)
-    assert status(conn, cid)["total"] == 30
+    assert status(conn, cid).counts.total == 30

@@ -858,8 +858,8 @@ class QueueModel(RuleBasedStateMachine):
         for cid, (c, cnt) in expected.items():
             state = shown_status(c.status, cnt)  # "waiting for a decision" where it applies
             st_ = campaigns.status(self.conn, cid)
-            assert (st_["status"], {k: st_[k] for k in COUNT_KEYS}) == (c.status, cnt.as_dict())
-            assert st_["state"] == state, ("status", c)
+            assert (st_.status, st_.counts) == (c.status, cnt)
+            assert st_.state == state, ("status", c)
             live = live_state(self.conn, cid, 15.0, chart=False)
             assert (live["status"], live["done"]) == (c.status, cnt.done), ("live", c)
             assert live["state"] == state, ("live", c)

@@ -126,7 +126,7 @@ def test_replies_postgres_cannot_store_are_kept_readable_and_the_broadcast_finis
     assert detail is not None
     assert str(detail["detail"]).startswith("5.1.1 destinataire inconnu")
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["failed"]) == ("sent", 12, 1)
+    assert (st.status, st.counts.sent, st.counts.failed) == ("sent", 12, 1)
 
 
 def test_the_relay_really_sends_the_bytes(relay: _Server) -> None:

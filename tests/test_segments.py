@@ -182,7 +182,7 @@ def test_a_broadcast_with_a_segment_reaches_exactly_the_matching_subscribers(
     # IDNA domains go as A-labels (README, "The guarantee").
     assert catcher.count_by_rcpt() == {"zoë@xn--bcher-kva.example": 1, "chloé@example.org": 1}
     st = status(conn, cid)
-    assert (st["status"], st["total"], st["sent"]) == ("sent", 2, 2)
+    assert (st.status, st.counts.total, st.counts.sent) == ("sent", 2, 2)
 
 
 def test_a_campaign_with_its_own_filter_matching_nobody_is_refused(
@@ -195,7 +195,7 @@ def test_a_campaign_with_its_own_filter_matching_nobody_is_refused(
     assert preview_count(conn, cid) == 0
     with pytest.raises(NothingToSend, match="matches its filter"):
         broadcast(conn, cid)
-    assert status(conn, cid)["status"] == "draft"
+    assert status(conn, cid).status == "draft"
 
 
 def test_segment_cli_saves_counts_and_previews_and_refuses_bad_filters_in_one_line(

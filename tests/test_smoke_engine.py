@@ -18,4 +18,4 @@ def test_a_broadcast_reaches_every_recipient_once(
     assert sorted(counts) == sorted(emails)
     assert set(counts.values()) == {1}
     st = status(conn, cid)
-    assert (st["status"], st["sent"], st["total"]) == ("sent", 300, 300)
+    assert (st.status, st.counts.sent, st.counts.total) == ("sent", 300, 300)

@@ -87,7 +87,7 @@ def _sent_campaign(conn: Conn, db_url: str, catcher: Catcher, name: str, n: int)
     emails += [f"bounce-{name}@example.com", f"bounce-{name}2@example.com"]
     cid, _ = send_campaign(conn, name, emails, name)
     with ThreadWorker(db_url, catcher.url, retention_days=0):
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 60)
+        assert wait_until(lambda: status(conn, cid).status == "sent", 60)
     return cid
 
 
@@ -115,7 +115,11 @@ def test_retention_deletes_old_jobs_in_batches_and_status_stays_exact(
     old = _sent_campaign(conn, db_url, catcher, "old", 40)
     recent = _sent_campaign(conn, db_url, catcher, "recent", 20)
     before_old, before_recent = status(conn, old), status(conn, recent)
-    assert (before_old["sent"], before_old["bounced"], before_old["total"]) == (38, 2, 40)
+    assert (before_old.counts.sent, before_old.counts.bounced, before_old.counts.total) == (
+        38,
+        2,
+        40,
+    )
     _age(conn, old, 91)
     _age(conn, recent, 89)
 
@@ -175,4 +179,4 @@ def test_retry_failed_after_retention_says_the_recipients_are_gone(
     assert _run(_clean(db_url, 90)) == 10
     with pytest.raises(CampaignError, match="deleted by retention"):
         retry_failed(conn, cid)
-    assert status(conn, cid)["status"] == "sent"  # nothing reopened
+    assert status(conn, cid).status == "sent"  # nothing reopened

@@ -75,9 +75,9 @@ def test_worker_killed_mid_broadcast_sends_nobody_twice(
         assert got[e.lower()] <= 1
     for e in unconfirmed:
         assert rows[e]["dot_at"] is not None and rows[e]["dot_relay"]
-    assert status(conn, cid)["status"] == ("sending" if unconfirmed else "sent")
+    assert status(conn, cid).status == ("sending" if unconfirmed else "sent")
     st = status(conn, cid)
-    assert st["unconfirmed"] == len(unconfirmed)
+    assert st.counts.unconfirmed == len(unconfirmed)
     accepted = {e for e in unconfirmed if got[e.lower()]}
     print(f"kills=3 unconfirmed={len(unconfirmed)} accepted={len(accepted)} duplicates=0")
 
@@ -116,8 +116,8 @@ def test_a_drop_after_the_final_dot_is_unconfirmed_not_resent(conn: Conn, db_url
                 assert rows[e]["attempts"] == 1 and rows[e]["dot_at"] is not None
             assert catcher.count_by_rcpt() == {lost: 1, fine: 1}
             st = status(conn, cid)
-            assert (st["status"], st["sent"], st["unconfirmed"]) == ("sending", 1, 2)
-            assert {u["email"] for u in st["unconfirmed_jobs"]} == {lost, dropped}
+            assert (st.status, st.counts.sent, st.counts.unconfirmed) == ("sending", 1, 2)
+            assert {u.email for u in st.unconfirmed_jobs} == {lost, dropped}
             # The person checks the relay's log and sends them again: the dropped one arrives.
             assert campaigns.resend_unconfirmed(conn, cid) == 2
             assert wait_until(lambda: campaign_done(conn, cid), 30), jobs(conn, bid)
@@ -138,13 +138,13 @@ def test_confirm_counts_the_unconfirmed_sent_and_the_campaign_is_sent(
         cid, bid = send_campaign(conn, "news", [lost, "bob@example.com"])
         with ThreadWorker(db_url, catcher.url, concurrency=1, retry_schedule=HOLD):
             assert wait_until(lambda: _settled(conn, bid) and unfinished(conn, bid) == 0, 30)
-            assert status(conn, cid)["status"] == "sending"
+            assert status(conn, cid).status == "sending"
             env = worker_env(db_url, catcher.url)
             out = senddock(env, "campaign", "confirm", str(cid))
             assert out.returncode == 0, out.stderr
             assert "1 unconfirmed recipients confirmed sent" in out.stdout
             st = status(conn, cid)
-            assert (st["status"], st["sent"], st["unconfirmed"]) == ("sent", 2, 0)
+            assert (st.status, st.counts.sent, st.counts.unconfirmed) == ("sent", 2, 0)
             missing = senddock(env, "campaign", "confirm", "999999")
             assert missing.returncode != 0 and "999999" in missing.stderr
         assert catcher.count_by_rcpt() == {lost: 1, "bob@example.com": 1}

@@ -210,7 +210,7 @@ def test_dashboard_lists_the_unconfirmed_and_confirms_only_with_the_csrf_token(
         assert statuses(conn, bid) == dict.fromkeys(emails, "sent")
         page = http.get(f"/campaigns/{cid}").text
         assert "2 unconfirmed recipients confirmed sent" in page
-        assert campaigns.status(conn, cid)["sent"] == 2
+        assert campaigns.status(conn, cid).counts.sent == 2
 
 
 def test_a_late_250_after_a_lease_lapse_lands_only_with_the_same_owner_and_attempt(

@@ -165,7 +165,7 @@ def test_one_click_unsubscribe_suppresses_at_once_and_later_campaigns_skip_the_a
     assert total3 == 2 and "ada@example.com" not in jobs(conn, bid3)
     send_and_drain(db_url, catcher, conn, bid3, 2)
     assert "ada@example.com" not in catcher.count_by_rcpt()
-    assert status(conn, third)["status"] == "sent"
+    assert status(conn, third).status == "sent"
 
 
 def test_the_page_asks_before_unsubscribing_and_its_button_unsubscribes(

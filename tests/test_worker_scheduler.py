@@ -23,12 +23,12 @@ def test_a_due_scheduled_campaign_is_sent_by_two_workers_exactly_once(
         text_body="Hello {{ subscriber.name }}\n",
         send_at=datetime.now(UTC) + timedelta(seconds=1),
     )
-    assert status(conn, cid)["status"] == "draft"
+    assert status(conn, cid).status == "draft"
     with (
         ThreadWorker(db_url, catcher.url, lease_seconds=3),
         ThreadWorker(db_url, catcher.url, lease_seconds=3),
     ):
-        assert wait_until(lambda: status(conn, cid)["status"] == "sent", 30)
+        assert wait_until(lambda: status(conn, cid).status == "sent", 30)
     assert sorted(catcher.count_by_rcpt()) == sorted(emails)
     assert set(catcher.count_by_rcpt().values()) == {1}
     row = conn.execute("SELECT count(*) AS n FROM broadcasts WHERE campaign_id = %s", (cid,))

@@ -343,23 +343,27 @@ class Demo:
             task = progress.add_task("sending", total=total, sent=0, failed=0, retry=0, sending=0)
             while True:
                 st = status(conn, cid)
+                c = st.counts
                 progress.update(
                     task,
-                    completed=st["sent"] + st["failed"],
-                    **{k: st[k] for k in ("sent", "failed", "retry", "sending")},
+                    completed=c.sent + c.failed,
+                    sent=c.sent,
+                    failed=c.failed,
+                    retry=c.retry,
+                    sending=c.sending,
                 )
-                if st["status"] == "sent":
+                if st.status == "sent":
                     break
-                if st["unconfirmed"] and not (st["pending"] or st["sending"] or st["retry"]):
+                if c.waiting_for_decision:
                     self._settle(conn, progress.console.print, cid, bid)
-                if st["status"] == "paused":
-                    raise DemoFailed(f"the broadcast paused: the relay said {st['pause_reason']}")
+                if st.status == "paused":
+                    raise DemoFailed(f"the broadcast paused: the relay said {st.pause_reason}")
                 if not worker.alive():
                     self._show_log(worker)
                     code = worker.returncode
                     raise DemoFailed(f"worker pid {worker.pid} exited with code {code}")
-                if kill is None and st["sent"] >= kill_at:
-                    kill = self._kill(conn, progress.console.print, worker, bid, st["sent"], total)
+                if kill is None and c.sent >= kill_at:
+                    kill = self._kill(conn, progress.console.print, worker, bid, c.sent, total)
                     self.kill = kill
                     worker = self._start_worker()
                     self._note(
@@ -375,7 +379,7 @@ class Demo:
                     self._show_log(worker)
                     raise DemoFailed(
                         f"the campaign was not sent after {timeout:.0f} s"
-                        f" ({st['sent']:,} sent, {st['failed']:,} failed of {total:,})"
+                        f" ({c.sent:,} sent, {c.failed:,} failed of {total:,})"
                     )
                 time.sleep(POLL)
         self._done(f"campaign {cid} is sent: every job finished in {time.monotonic() - t0:.1f} s")

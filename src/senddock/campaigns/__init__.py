@@ -3,6 +3,7 @@
 from senddock.campaigns.broadcast import NothingToSend, broadcast
 from senddock.campaigns.campaigns import (
     CampaignError,
+    CampaignStatus,
     CancelReport,
     UnknownCampaign,
     cancel,
@@ -19,6 +20,7 @@ from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, s
 
 __all__ = [
     "CampaignError",
+    "CampaignStatus",
     "CancelReport",
     "NothingToSend",
     "SendTimeInPast",

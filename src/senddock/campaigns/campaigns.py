@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -32,7 +32,16 @@ from senddock.queue import set_running as set_running_in_queue
 from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
 from senddock.queue.counts import FAILURES as FAILURES
 from senddock.queue.counts import JOB_STATUSES as JOB_STATUSES
-from senddock.queue.counts import Failure, JobState, count, last_problem, shown_status
+from senddock.queue.counts import (
+    WAITING,
+    Counts,
+    Failure,
+    JobState,
+    count,
+    last_problem,
+    percent_done,
+    shown_status,
+)
 
 QUERIES = sql.load(__package__, "campaigns.sql")
 # The lease `status` judges workers live by when its caller has no settings at hand.
@@ -181,14 +190,95 @@ UNCONFIRMED_SHOWN = 20
 JobStatus = Literal[JobState, Failure]
 
 
+@dataclass(frozen=True)
+class CampaignStatus:
+    """A campaign's state and exact counts, read from the queue in one snapshot: the one
+    object `campaign status` (text and --json), the API and the dashboard show. What they show
+    beyond the stored fields (the state word, done, percent) is a property here."""
+
+    id: int
+    name: str
+    status: str
+    # It has work for a worker and no worker is live (heartbeat within the lease).
+    no_live_worker: bool
+    broadcast_id: int | None
+    counts: Counts
+    pause_reason: str | None
+    last_sender_fault: str | None
+    # Still being enqueued in the background: `total` is the jobs enqueued so far.
+    enqueue_done: bool
+    # A draft's scheduled time, and why the scheduler gave up on it.
+    send_at: datetime | None
+    schedule_error: str | None
+    last_problem: str | None
+    worker_deaths: int
+    last_worker_death: str | None
+    # Issue 23: recipients whose final dot went with no outcome recorded (the first few:
+    # when, to which relay, from which worker), for a person to resend or confirm.
+    unconfirmed_jobs: tuple[Unconfirmed, ...]
+
+    @property
+    def state(self) -> str:
+        """What a person reads (queue.counts.shown_status)."""
+        return shown_status(self.status, self.counts)
+
+    @property
+    def waiting_for_decision(self) -> bool:
+        """Sending, drained but for unconfirmed jobs: only a person can end it."""
+        return self.state == WAITING
+
+    @property
+    def done(self) -> int:
+        """Jobs in a final state (sent, failed, cancelled)."""
+        return self.counts.done
+
+    @property
+    def percent(self) -> int:
+        """Its progress bar (queue.counts.percent_done)."""
+        return percent_done(self.status, self.counts)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing will change without a person: sent or cancelled with nothing in flight, or
+        an unscheduled draft."""
+        if self.status == "draft":
+            return self.send_at is None
+        return self.status in ("sent", "cancelled") and not self.counts.sending
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat keys of `campaign status --json` and of the API's CampaignStatus, in
+        their order: the fields with the counts spread in, the state word, the complaint
+        rate and what retry-failed would send again."""
+        c = self.counts
+        return {
+            "id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "state": self.state,
+            "no_live_worker": self.no_live_worker,
+            "broadcast_id": self.broadcast_id,
+            **c.as_dict(),
+            "complaint_rate": c.complaint_rate,
+            "retryable": c.retryable,
+            "pause_reason": self.pause_reason,
+            "last_sender_fault": self.last_sender_fault,
+            "enqueue_done": self.enqueue_done,
+            "send_at": self.send_at,
+            "schedule_error": self.schedule_error,
+            "last_problem": self.last_problem,
+            "worker_deaths": self.worker_deaths,
+            "last_worker_death": self.last_worker_death,
+            "unconfirmed_jobs": [asdict(u) for u in self.unconfirmed_jobs],
+        }
+
+
 def status(
     conn: psycopg.Connection[dict[str, Any]], campaign_id: int, lease_seconds: float = LEASE
-) -> dict[str, Any]:
+) -> CampaignStatus:
     """The campaign's state and exact counts, read from the queue in one snapshot.
 
-    `state` is what a person reads (queue.counts.shown_status: "waiting for a decision" once
-    only unconfirmed jobs are left); `no_live_worker` says that it has work for a worker and
-    no worker is live (heartbeat within `lease_seconds`, database clock) to do it."""
+    `no_live_worker` says that it has work for a worker and no worker is live (heartbeat
+    within `lease_seconds`, database clock) to do it."""
     with conn.transaction():
         finish_sync(conn)
     with conn.transaction():
@@ -209,40 +299,23 @@ def status(
             counts.unfinished > counts.unconfirmed or not c["enqueue_done"]
         )
         idle = work_left and live_workers(conn, lease_seconds) == 0
-    return {
-        "id": c["id"],
-        "name": c["name"],
-        "status": c["status"],
-        "state": shown_status(c["status"], counts),
-        "no_live_worker": idle,
-        "broadcast_id": c["broadcast_id"],
-        **counts.as_dict(),
-        "complaint_rate": counts.complaint_rate,
-        "retryable": counts.retryable,
-        "pause_reason": c["pause_reason"],
-        "last_sender_fault": c["last_sender_fault"],
-        # Still being enqueued in the background: `total` is the jobs enqueued so far.
-        "enqueue_done": c["enqueue_done"],
-        # A draft's scheduled time, and why the scheduler gave up on it.
-        "send_at": c["send_at"],
-        "schedule_error": c["schedule_error"],
-        "last_problem": reply_summary(problem) if problem else None,
-        "worker_deaths": int(c["worker_deaths"] or 0),
-        "last_worker_death": c["last_worker_death"],
-        # Issue 23: recipients whose final dot went with no outcome recorded (the first few:
-        # when, to which relay, from which worker), for a person to resend or confirm.
-        "unconfirmed_jobs": [
-            {
-                "id": u.id,
-                "email": u.email,
-                "message_id": u.message_id,
-                "worker_id": u.worker_id,
-                "dot_at": u.dot_at,
-                "relay": u.relay,
-            }
-            for u in held
-        ],
-    }
+    return CampaignStatus(
+        id=c["id"],
+        name=c["name"],
+        status=c["status"],
+        no_live_worker=idle,
+        broadcast_id=c["broadcast_id"],
+        counts=counts,
+        pause_reason=c["pause_reason"],
+        last_sender_fault=c["last_sender_fault"],
+        enqueue_done=c["enqueue_done"],
+        send_at=c["send_at"],
+        schedule_error=c["schedule_error"],
+        last_problem=reply_summary(problem) if problem else None,
+        worker_deaths=int(c["worker_deaths"] or 0),
+        last_worker_death=c["last_worker_death"],
+        unconfirmed_jobs=tuple(held),
+    )
 
 
 def reply_line(job: dict[str, Any]) -> str:
@@ -312,12 +385,12 @@ def cancel_and_settle(
     held but had not started, which they give back on the cancel's NOTIFY, count as cancelled
     (the queue's finish cancels them) rather than as in flight."""
     now, held = _cancel(conn, campaign_id)
-    st, deadline = status(conn, campaign_id), time.monotonic() + wait
-    while st["sending"] and time.monotonic() < deadline:
+    counts, deadline = status(conn, campaign_id).counts, time.monotonic() + wait
+    while counts.sending and time.monotonic() < deadline:
         time.sleep(0.05)
-        st = status(conn, campaign_id)
-    given_back = st["cancelled"] - now  # held, unstarted, cancelled once given back
-    return CancelReport(st["cancelled"], max(0, held - given_back), st["sent"])
+        counts = status(conn, campaign_id).counts
+    given_back = counts.cancelled - now  # held, unstarted, cancelled once given back
+    return CancelReport(counts.cancelled, max(0, held - given_back), counts.sent)
 
 
 def pause(conn: psycopg.Connection[dict[str, Any]], campaign_id: int) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from senddock import views
 from senddock.cli.common import DB, db, epilog, settings
 from senddock.db import migrate
 from senddock.delivery.rescuer import list_workers
@@ -28,18 +27,18 @@ def workers_cmd(as_json: bool) -> None:
     with db() as conn:
         rows = list_workers(conn, lease)
     if as_json:
-        click.echo(json.dumps(rows, default=str))
+        click.echo(views.dumps(rows, default=str))
         return
     if not rows:
         click.echo("no workers registered")
     for w in rows:
         click.echo(
-            f"worker {w['id']}  {w['health']}  {w['host']} pid {w['pid']}"
-            f"  senders {w['concurrency']}  heartbeat {w['heartbeat_age']:.1f}s ago"
-            f"  holding {plural(w['holding'], 'job')}"
+            f"worker {w.id}  {w.health}  {w.host} pid {w.pid}"
+            f"  senders {w.concurrency}  heartbeat {w.heartbeat_age:.1f}s ago"
+            f"  holding {plural(w.holding, 'job')}"
             + (
                 f"  (silent past the {lease:g} s lease: a live worker rescues its jobs)"
-                if w["health"] == "dead"
+                if w.health == "dead"
                 else ""
             )
         )

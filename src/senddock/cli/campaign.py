@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from senddock import campaigns
-from senddock.campaigns import compose, edits
+from senddock import campaigns, views
+from senddock.campaigns import CampaignStatus, compose, edits
 from senddock.campaigns.audience import audience, preview_count
 from senddock.campaigns.listing import all_campaigns, show
 from senddock.campaigns.recipients import write_csv as write_recipients_csv
@@ -98,7 +98,7 @@ def send_cmd(campaign_id: int) -> None:
     with db() as conn:
         bid, total, created = campaigns.broadcast(conn, campaign_id)
         st = campaigns.status(conn, campaign_id)
-        warning = send_warning(conn, lease) if st["status"] == "sending" else None
+        warning = send_warning(conn, lease) if st.status == "sending" else None
     if created:
         click.echo(
             f"campaign {campaign_id}: broadcast {bid} started"
@@ -107,7 +107,7 @@ def send_cmd(campaign_id: int) -> None:
         )
     else:
         click.echo(
-            f"campaign {campaign_id}: already {st['status']} as broadcast {bid}"
+            f"campaign {campaign_id}: already {st.status} as broadcast {bid}"
             f" ({plural(total, 'recipient')})"
         )
     if warning:
@@ -128,95 +128,90 @@ def status_cmd(campaign_id: int, as_json: bool, watch: bool) -> None:
         if watch:
             st = _watch(conn, campaign_id, st)
     if as_json:
-        click.echo(json.dumps(st, default=iso))
+        click.echo(json.dumps(st.as_dict(), default=iso))
         return
     if not watch:
         click.echo("\n".join(_status_lines(st)))
 
 
-def _settled(st: dict[str, Any]) -> bool:
-    """Nothing will change without a person: sent or cancelled with nothing in flight, or an
-    unscheduled draft."""
-    if st["status"] == "draft":
-        return st["send_at"] is None
-    return st["status"] in ("sent", "cancelled") and not st["sending"]
-
-
-def _status_lines(st: dict[str, Any]) -> list[str]:
+def _status_lines(st: CampaignStatus) -> list[str]:
     """`campaign status` as text: a headline, the counts, then why it waits or stopped."""
-    head = f"campaign {st['id']} {st['name']!r}: {st['state']}"
-    if st["status"] == "cancelled" and st["broadcast_id"] is not None:
+    c = st.counts
+    head = f"campaign {st.id} {st.name!r}: {st.state}"
+    if st.status == "cancelled" and st.broadcast_id is not None:
         head += (
-            f" ({st['sent']} sent, {st['cancelled']} cancelled, {st['failed']} failed"
-            f" of {plural(st['total'], 'recipient')}"
+            f" ({c.sent} sent, {c.cancelled} cancelled, {c.failed} failed"
+            f" of {plural(c.total, 'recipient')}"
         )
-        if st["sending"]:
-            head += f"; {st['sending']} in flight: their outcome still lands"
+        if c.sending:
+            head += f"; {c.sending} in flight: their outcome still lands"
         head += ")"
-    elif st["status"] == "draft" and st["send_at"] is not None:
-        head += f", scheduled for {iso(st['send_at'])}"
+    elif st.status == "draft" and st.send_at is not None:
+        head += f", scheduled for {iso(st.send_at)}"
     lines = [
         head,
         "  total {total}  pending {pending}  sending {sending}  retry {retry}  sent {sent}"
         "  failed {failed} (bounced {bounced}, suppressed {suppressed}, exhausted {exhausted},"
-        " rejected {rejected})  cancelled {cancelled}  unconfirmed {unconfirmed}".format(**st),
+        " rejected {rejected})  cancelled {cancelled}  unconfirmed {unconfirmed}".format(
+            **c.as_dict()
+        ),
     ]
-    if st["no_live_worker"]:
+    if st.no_live_worker:
         lines.append(
             "  no live worker: nothing is being sent; start `senddock worker` (jobs a dead"
             " worker held are rescued once one runs)"
         )
-    if st["unconfirmed"]:
+    if c.unconfirmed:
         lines.append(
-            f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
-            f" check the relay's log, then `senddock campaign confirm {st['id']}` (they went) or"
-            f" `senddock campaign resend-unconfirmed {st['id']}` (send them again); --job ID"
+            f"  {c.unconfirmed} unconfirmed: the final dot went and no outcome was recorded;"
+            f" check the relay's log, then `senddock campaign confirm {st.id}` (they went) or"
+            f" `senddock campaign resend-unconfirmed {st.id}` (send them again); --job ID"
             " for only some"
         )
-        for u in st["unconfirmed_jobs"]:
-            at = iso(u["dot_at"]) if u["dot_at"] else "?"
+        for u in st.unconfirmed_jobs:
+            at = iso(u.dot_at) if u.dot_at else "?"
             lines.append(
-                f"    job {u['id']}  {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
-                f" {u['worker_id']}  {u['message_id']}"
+                f"    job {u.id}  {u.email}  dot at {at} to {u.relay or '?'} by worker"
+                f" {u.worker_id}  {u.message_id}"
             )
-    if st["broadcast_id"] is not None:
+    if st.broadcast_id is not None:
         lines.append(
-            f"  later: {st['bounced_later']} bounced, {st['soft_later']} soft,"
-            f" {st['policy_later']} policy, {plural(st['complaints'], 'complaint')}"
-            f" (rate {st['complaint_rate'] * 100:.2f} %,"
+            f"  later: {c.bounced_later} bounced, {c.soft_later} soft,"
+            f" {c.policy_later} policy, {plural(c.complaints, 'complaint')}"
+            f" (rate {c.complaint_rate * 100:.2f} %,"
             f" Gmail's limit {COMPLAINT_LIMIT * 100:.1f} %)"
         )
-    if not st["enqueue_done"]:
-        lines.append(f"  still enqueuing: {plural(st['total'], 'recipient')} so far")
-    if st["pause_reason"]:
-        lines.append(f"  paused because the relay said: {st['pause_reason']}")
-    elif st["last_sender_fault"]:
-        lines.append(f"  last reply about us: {st['last_sender_fault']}")
-    if st["schedule_error"]:
-        lines.append(f"  not sent at its scheduled time: {st['schedule_error']}")
-    if st["last_problem"]:
-        lines.append(f"  last problem: {st['last_problem']}")
-    if st["worker_deaths"]:
-        n = st["worker_deaths"]
+    if not st.enqueue_done:
+        lines.append(f"  still enqueuing: {plural(c.total, 'recipient')} so far")
+    if st.pause_reason:
+        lines.append(f"  paused because the relay said: {st.pause_reason}")
+    elif st.last_sender_fault:
+        lines.append(f"  last reply about us: {st.last_sender_fault}")
+    if st.schedule_error:
+        lines.append(f"  not sent at its scheduled time: {st.schedule_error}")
+    if st.last_problem:
+        lines.append(f"  last problem: {st.last_problem}")
+    if st.worker_deaths:
+        n = st.worker_deaths
         lines.append(
             f"  {n} worker process{'es' if n != 1 else ''} died holding its messages;"
-            f" the last: {st['last_worker_death']}"
+            f" the last: {st.last_worker_death}"
         )
     return lines
 
 
 def _watch(
-    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, st: dict[str, Any]
-) -> dict[str, Any]:
+    conn: psycopg.Connection[dict[str, Any]], campaign_id: int, st: CampaignStatus
+) -> CampaignStatus:
     """Show the status, refreshed every second, until the campaign settles or Ctrl-C."""
 
-    def view(s: dict[str, Any]) -> Text:
+    def view(s: CampaignStatus) -> Text:
         return Text("\n".join(_status_lines(s)))
 
     console = Console(highlight=False)
     try:
         with Live(view(st), console=console, auto_refresh=False) as live:
-            while not _settled(st):
+            while not st.settled:
                 time.sleep(1.0)
                 st = campaigns.status(conn, campaign_id, settings().lease_seconds)
                 live.update(view(st), refresh=True)
@@ -311,7 +306,7 @@ def retry_failed_cmd(campaign_id: int) -> None:
     with db() as conn:
         n = campaigns.retry_failed(conn, campaign_id)
         st = campaigns.status(conn, campaign_id)
-    paused = " (the campaign is paused: resume it to send them)" if st["status"] == "paused" else ""
+    paused = " (the campaign is paused: resume it to send them)" if st.status == "paused" else ""
     click.echo(f"campaign {campaign_id}: {n} failed recipients queued again{paused}")
 
 
@@ -392,16 +387,17 @@ def list_cmd(as_json: bool, archived: bool) -> None:
     with db() as conn:
         rows = all_campaigns(conn, archived)
     if as_json:
-        click.echo(json.dumps(rows, default=iso))
+        click.echo(json.dumps([r.as_dict() for r in rows], default=iso))
         return
     click.echo(
         f"{'ID':>6}  {'STATUS':<9}  {'TOTAL':>7}  {'SENT':>7}  {'FAILED':>6}  {'CANCELLED':>9}"
         f"  {'CREATED':<16}  NAME"
     )
     for r in rows:
+        n = r.counts
         click.echo(
-            f"{r['id']:>6}  {r['state']:<9}  {r['total']:>7}  {r['sent']:>7}  {r['failed']:>6}"
-            f"  {r['cancelled']:>9}  {r['created_at']:%Y-%m-%d %H:%M}  {r['name']}"
+            f"{r.id:>6}  {r.state:<9}  {n.total:>7}  {n.sent:>7}  {n.failed:>6}"
+            f"  {n.cancelled:>9}  {r.created_at:%Y-%m-%d %H:%M}  {r.name}"
         )
 
 
@@ -413,29 +409,29 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
     with db() as conn:
         c = show(conn, campaign_id)
     if as_json:
-        click.echo(json.dumps(c, default=iso))
+        click.echo(views.dumps(c))
         return
-    when = iso(c["send_at"]) if c["send_at"] else "not scheduled"
+    when = iso(c.send_at) if c.send_at else "not scheduled"
     fields = [
-        ("name", c["name"]),
-        ("status", c["status"]),
-        ("subject", c["subject"]),
-        ("from", c["from_addr"]),
-        ("reply-to", c["reply_to"] or "-"),
-        ("lists", ", ".join(c["lists"])),
-        ("send at", when + (f" (not sent: {c['schedule_error']})" if c["schedule_error"] else "")),
-        ("broadcast", c["broadcast_id"] or "-"),
-        ("text body", plural(c["text_bytes"], "byte") if c["text_bytes"] else "- (from the HTML)"),
-        ("html body", plural(c["html_bytes"], "byte") if c["html_bytes"] else "-"),
-        ("markdown", plural(c["markdown_bytes"], "byte") if c["markdown_bytes"] else "-"),
-        ("layout", c["layout"] or "-"),
-        ("segment", c["segment"] or "-"),
-        ("filter", c["filter"] or "-"),
-        ("created", f"{c['created_at']:%Y-%m-%d %H:%M:%S %z}"),
-        ("updated", f"{c['updated_at']:%Y-%m-%d %H:%M:%S %z}"),
-        ("archived", f"{c['archived_at']:%Y-%m-%d %H:%M:%S %z}" if c["archived_at"] else "no"),
+        ("name", c.name),
+        ("status", c.status),
+        ("subject", c.subject),
+        ("from", c.from_addr),
+        ("reply-to", c.reply_to or "-"),
+        ("lists", ", ".join(c.lists)),
+        ("send at", when + (f" (not sent: {c.schedule_error})" if c.schedule_error else "")),
+        ("broadcast", c.broadcast_id or "-"),
+        ("text body", plural(c.text_bytes, "byte") if c.text_bytes else "- (from the HTML)"),
+        ("html body", plural(c.html_bytes, "byte") if c.html_bytes else "-"),
+        ("markdown", plural(c.markdown_bytes, "byte") if c.markdown_bytes else "-"),
+        ("layout", c.layout or "-"),
+        ("segment", c.segment or "-"),
+        ("filter", c.filter or "-"),
+        ("created", f"{c.created_at:%Y-%m-%d %H:%M:%S %z}"),
+        ("updated", f"{c.updated_at:%Y-%m-%d %H:%M:%S %z}"),
+        ("archived", f"{c.archived_at:%Y-%m-%d %H:%M:%S %z}" if c.archived_at else "no"),
     ]
-    click.echo(f"campaign {c['id']}")
+    click.echo(f"campaign {c.id}")
     for key, value in fields:
         click.echo(f"  {key:<10} {value}")
 

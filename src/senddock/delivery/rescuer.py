@@ -24,8 +24,9 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import AsyncConnection
@@ -215,11 +216,31 @@ class Rescuer(Service):
         self.lease.grant_grace()
 
 
-def list_workers(conn: psycopg.Connection[dict[str, Any]], lease: float) -> list[dict[str, Any]]:
-    """Registered workers with heartbeat age (database clock), health (`live`, `late` past half
-    the lease, `stopping`, or `dead` past the lease: buried at a live peer's next look) and the
-    jobs each holds."""
-    return conn.execute(QUERIES["list"], {"lease": lease}).fetchall()
+Health = Literal["live", "late", "stopping", "dead"]
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A registered worker as `senddock workers`, the API and the workers page show it: its
+    heartbeat age and health judged on the database clock (`list` in rescuer.sql)."""
+
+    id: int
+    host: str
+    pid: int
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+    stopping: bool
+    heartbeat_age: float  # seconds since its heartbeat (senddock_heartbeat_age)
+    # live; late past half the lease; stopping; dead past the lease (buried at a live peer's
+    # next look, which rescues what it holds).
+    health: Health
+    holding: int  # jobs it holds (status sending)
+
+
+def list_workers(conn: psycopg.Connection[dict[str, Any]], lease: float) -> list[WorkerView]:
+    """Registered workers with heartbeat age (database clock), health and the jobs each holds."""
+    return [WorkerView(**r) for r in conn.execute(QUERIES["list"], {"lease": lease}).fetchall()]
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,17 @@ def shown_status(status: str, counts: Counts) -> str:
     return WAITING if status == "sending" and counts.waiting_for_decision else status
 
 
+def percent_done(status: str, counts: Counts) -> int:
+    """How far a campaign is, as every progress bar shows it: whole percent of its jobs in a
+    final state, 100 only when all are. Of a cancelled campaign, the share that went out (sent
+    or failed) before the cancel: its cancelled jobs are final, but a bar full of them read as
+    "100 % done"."""
+    shown = counts.sent + counts.failed if status == "cancelled" else counts.done
+    if not counts.total:
+        return 100 if status == "sent" else 0
+    return shown * 100 // counts.total
+
+
 # The counter of each later report's kind: broadcast_counts state 'later:<kind>'.
 LATER: dict[str, str] = {
     "hard": "bounced_later",

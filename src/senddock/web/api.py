@@ -35,6 +35,7 @@ from senddock.campaigns.trial import send_test
 from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery.rescuer import list_workers
 from senddock.errors import Invalid, NotFound
+from senddock.views import plain
 from senddock.web import auth, imports, queries
 from senddock.web import schemas as s
 from senddock.web.downloads import CSV, csv_download
@@ -65,7 +66,7 @@ Search = Annotated[
 
 
 def _status(conn: Conn, campaign_id: int) -> s.CampaignStatus:
-    return s.CampaignStatus(**campaigns.status(conn, campaign_id))
+    return s.CampaignStatus(**campaigns.status(conn, campaign_id).as_dict())
 
 
 def _refuse_past(conn: Conn, at: datetime | None, field: str) -> None:
@@ -397,7 +398,7 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
 def get_campaign(conn: Db, campaign_id: CampaignId, request: Request) -> s.CampaignStatus:
     """State and exact counts: the same keys as `senddock campaign status --json`."""
     lease = request.app.state.settings.lease_seconds
-    return s.CampaignStatus(**campaigns.status(conn, campaign_id, lease))
+    return s.CampaignStatus(**campaigns.status(conn, campaign_id, lease).as_dict())
 
 
 @router.patch("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
@@ -639,4 +640,4 @@ def workers(conn: Db, request: Request) -> list[s.WorkerInfo]:
     """Registered workers, their heartbeat age (database clock), health and the jobs each
     holds."""
     lease = request.app.state.settings.lease_seconds
-    return [s.WorkerInfo(**r) for r in list_workers(conn, lease)]
+    return [s.WorkerInfo(**plain(w)) for w in list_workers(conn, lease)]

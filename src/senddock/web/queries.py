@@ -18,7 +18,7 @@ from senddock.audience.segment_filter import condition
 from senddock.campaigns import UnknownCampaign
 from senddock.campaigns.recipients import page as recipient_page
 from senddock.db import sql
-from senddock.queue.counts import Counts, counts_of, shown_status
+from senddock.queue.counts import Counts, counts_of, percent_done, shown_status
 
 QUERIES = sql.load(__package__, "queries.sql")
 
@@ -119,19 +119,6 @@ def suppressions_page(
 # -- campaigns --------------------------------------------------------------------------------
 
 
-def progress(counts: dict[str, Any], status: str) -> dict[str, Any]:
-    """Counts plus `done` (jobs in a final state) and `percent` (whole, 100 only when all are).
-
-    Of a cancelled campaign, `percent` is the share that went out (sent or failed) before the
-    cancel: its cancelled jobs are final, but a bar full of them read as "100 % done"."""
-    total = int(counts.get("total", 0))
-    went = int(counts.get("sent", 0)) + int(counts.get("failed", 0))
-    done = total - int(counts.get("unfinished", 0))  # Counts.done: the one definition
-    shown = went if status == "cancelled" else done
-    percent = shown * 100 // total if total else (100 if status == "sent" else 0)
-    return {**counts, "done": done, "percent": percent}
-
-
 def campaigns_page(
     conn: Conn, status: str | None, limit: int, offset: int, archived: bool = False
 ) -> tuple[Rows, int]:
@@ -158,7 +145,9 @@ def campaigns_page(
     for r in rows:
         of = counts.get(r["broadcast_id"], none)
         shown = {
-            **progress(of.as_dict(), r["status"]),
+            **of.as_dict(),
+            "done": of.done,
+            "percent": percent_done(r["status"], of),
             "complaint_rate": of.complaint_rate,
             "state": shown_status(r["status"], of),
         }

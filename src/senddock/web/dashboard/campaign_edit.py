@@ -17,7 +17,7 @@ from senddock.audience.lists import all_lists
 from senddock.audience.segments import all_segments as saved_segments
 from senddock.campaigns import edits
 from senddock.campaigns.layouts import NO_LAYOUT, list_layouts
-from senddock.campaigns.listing import show
+from senddock.campaigns.listing import CampaignDetail, show
 from senddock.campaigns.trial import send_test
 from senddock.errors import Invalid, NotFound, SendDockError
 from senddock.web.dashboard.gate import LoggedIn
@@ -89,7 +89,7 @@ CampaignForm = Annotated[dict[str, Any], Depends(campaign_form)]
 def _page(
     request: Request,
     conn: Conn,
-    c: dict[str, Any],
+    c: CampaignDetail,
     form: dict[str, Any],
     error: str,
     status: int = 200,
@@ -98,9 +98,9 @@ def _page(
         request,
         "campaign_new.html",
         status,
-        title=f"Edit {c['name']}",
-        heading=f"Edit “{c['name']}”",
-        action=f"/campaigns/{c['id']}/edit",
+        title=f"Edit {c.name}",
+        heading=f"Edit “{c.name}”",
+        action=f"/campaigns/{c.id}/edit",
         campaign=c,
         lists=all_lists(conn),
         layouts=list_layouts(conn),
@@ -110,7 +110,7 @@ def _page(
     )
 
 
-def _stored(conn: Conn, campaign_id: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def _stored(conn: Conn, campaign_id: int) -> tuple[CampaignDetail, dict[str, Any]] | None:
     """(the campaign's fields, its form as stored); None if there is no such campaign."""
     try:
         c = show(conn, campaign_id)
@@ -119,12 +119,12 @@ def _stored(conn: Conn, campaign_id: int) -> tuple[dict[str, Any], dict[str, Any
     row = edits.current(conn, campaign_id)
     assert row is not None
     form = {
-        "name": c["name"],
-        "lists": c["lists"],
-        "subject": c["subject"],
-        "from_addr": c["from_addr"],
-        "reply_to": c["reply_to"] or "",
-        "send_at": shown_time(c["send_at"]),
+        "name": c.name,
+        "lists": list(c.lists),
+        "subject": c.subject,
+        "from_addr": c.from_addr,
+        "reply_to": c.reply_to or "",
+        "send_at": shown_time(c.send_at),
         "text_body": row["text_body"] or "",
         "html_body": row["html_body"] or "",
         "markdown_body": row["markdown_body"] or "",

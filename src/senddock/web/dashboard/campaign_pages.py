@@ -53,9 +53,9 @@ def campaign_list(request: Request, page: str = "1", archived: str = "") -> Resp
 def live_state(conn: Conn, campaign_id: int, lease: float, chart: bool = True) -> dict[str, Any]:
     """Status, exact counts, progress, send rate and (with `chart`) the chart's SVG: what the
     campaign page shows and what its event stream pushes."""
-    state = campaigns.status(conn, campaign_id, lease)  # UnknownCampaign
-    state = queries.progress(state, state["status"])
-    bid = state["broadcast_id"]
+    st = campaigns.status(conn, campaign_id, lease)  # UnknownCampaign
+    state = {**st.as_dict(), "done": st.done, "percent": st.percent}
+    bid = st.broadcast_id
     state["rate"] = queries.rate(conn, bid) if bid else 0
     state["complaint_percent"] = f"{state['complaint_rate'] * 100:.2f}"
     if chart:

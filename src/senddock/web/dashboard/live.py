@@ -23,8 +23,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.delivery.rescuer import list_workers
+from senddock.delivery.rescuer import WorkerView, list_workers
 from senddock.errors import NotFound
+from senddock.views import plain
 from senddock.web import auth, imports, queries
 from senddock.web.dashboard.campaign_pages import live_state
 from senddock.web.dashboard.gate import LoggedIn
@@ -199,6 +200,6 @@ async def worker_events(request: Request) -> Response:
     return stream(request, 2.0, read, "workers")
 
 
-def worker_row(row: dict[str, Any]) -> dict[str, Any]:
+def worker_row(worker: WorkerView) -> dict[str, Any]:
     """A worker as the page shows it: its health as list_workers judged it (database clock)."""
-    return {**row, "heartbeat_age": round(float(row["heartbeat_age"] or 0.0), 1)}
+    return {**plain(worker), "heartbeat_age": round(worker.heartbeat_age, 1)}
