@@ -2,6 +2,8 @@
 -- migration under src/senddock/db/migrations/, then regenerate this file with
 --   python3 dev.py schema
 -- tests/test_schema_file.py fails while it differs from a freshly migrated database.
+-- Written by Postgres 18 (the embedded server of the tests; its deparsers' output can
+-- change from one major version to the next).
 
 -- ===== admins =====
 CREATE TABLE admins (

@@ -4,7 +4,9 @@
 triggers beside each other), then views and functions, every list in name order: the same
 migrations give the same bytes on any machine. It reads the server's own deparsers
 (pg_get_*def) rather than running pg_dump: no client binary to find or match to the server's
-version, no per-run token to strip, and a layout made for reading, not for restoring.
+version, no per-run token to strip, and a layout made for reading, not for restoring. The file
+is at the repo root, not in the package: a page for people, not shipped, and every .sql under
+src/senddock stays a migration or a file of named statements.
 
     python3 dev.py schema          # regenerate db/schema.sql from a freshly migrated database
     tests/test_schema_file.py      # fails when a migration changed the schema and the file didn't
@@ -35,6 +37,8 @@ HEADER = """\
 -- migration under src/senddock/db/migrations/, then regenerate this file with
 --   python3 dev.py schema
 -- tests/test_schema_file.py fails while it differs from a freshly migrated database.
+-- Written by Postgres {major} (the embedded server of the tests; its deparsers' output can
+-- change from one major version to the next).
 """
 
 Conn = psycopg.Connection[dict[str, object]]
@@ -42,7 +46,8 @@ Conn = psycopg.Connection[dict[str, object]]
 
 def schema_text(conn: Conn) -> str:
     """The schema of `conn`'s database (its current schema), as db/schema.sql holds it."""
-    parts = [HEADER]
+    major = conn.execute(QUERIES["major_version"]).fetchone()
+    parts = [HEADER.format(major=major["major"] if major else "?")]
     for row in conn.execute(QUERIES["extensions"]):
         parts.append(f"CREATE EXTENSION {row['name']};\n")
     for row in conn.execute(QUERIES["types"]):

@@ -3,6 +3,10 @@
 -- Definitions come from the server's own deparsers (pg_get_*def), not from pg_dump: no client
 -- binary, no version mismatch between pg_dump and the server, no per-run tokens to strip.
 
+-- name: major_version
+-- The server's major version: the deparsers' output can change from one to the next.
+SELECT current_setting('server_version_num')::int / 10000 AS major
+
 -- name: extensions
 -- The extensions installed beyond plpgsql (which every database has).
 SELECT extname AS name FROM pg_extension WHERE extname <> 'plpgsql' ORDER BY extname
