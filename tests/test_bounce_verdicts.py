@@ -18,7 +18,8 @@ from typing import get_args
 import pytest
 
 from senddock.bounces.classify import KIND, Reason, judge
-from senddock.bounces.parse import MAX_FINDINGS, Finding, parse
+from senddock.bounces.finding import Finding
+from senddock.bounces.parse import MAX_FINDINGS, parse
 
 VERDICTS = Path(__file__).parent / "bounces" / "verdicts"
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "bounces"

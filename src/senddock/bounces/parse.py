@@ -40,15 +40,12 @@ from email.message import Message
 from flufl.bounce import all_failures
 
 from senddock.bounces.classify import (
-    KIND,
-    Kind,
-    Reason,
-    judge,
-    reason_of,
     reply_in,
     status_in,
     words_reason,
 )
+from senddock.bounces.finding import Finding
+from senddock.bounces.providers import NotAnEvent, ses_findings
 
 # Only this much of a message is read: a bounce is a few KB, its returned original at most the
 # relay's size limit; the listener refuses more before it gets here.
@@ -102,42 +99,6 @@ BOUNCE_SUBJECT = re.compile(
     r"|delivery has failed|mail (delivery )?failed|returned to sender",
     re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One recipient a returned message reports on, and what it says about them: its reason
-    (bounces.classify), whose kind the one table gives. A source that decides the kind itself
-    (a provider's event) may leave the reason out: the judged one of that kind fills it in."""
-
-    recipient: str | None
-    kind: Kind
-    status: str | None
-    reply: str | None
-    diagnostic: str | None
-    # The Message-ID of the returned original (ours), when the bounce carries it.
-    message_id: str | None = None
-    reason: Reason | None = None
-
-    def __post_init__(self) -> None:
-        if self.reason is None:
-            reason = reason_of(self.kind, self.status, self.reply, self.diagnostic)
-            object.__setattr__(self, "reason", reason)
-        elif KIND[self.reason] != self.kind:
-            raise ValueError(f"a {self.reason} finding is {KIND[self.reason]}, not {self.kind}")
-
-    @classmethod
-    def judged(
-        cls,
-        recipient: str | None,
-        status: str | None,
-        reply: str | None,
-        diagnostic: str | None,
-        message_id: str | None,
-    ) -> Finding:
-        """A failed recipient's finding, its reason and kind judged from its reply."""
-        verdict = judge(status, reply, diagnostic)
-        return cls(recipient, verdict.kind, status, reply, diagnostic, message_id, verdict.reason)
 
 
 @dataclass(frozen=True)
@@ -474,8 +435,6 @@ def _ours(msg: Message) -> frozenset[str]:
 
 def _provider_json(text: str) -> tuple[Finding, ...]:
     """Amazon SES's notification mailed as JSON (an SNS e-mail subscription)."""
-    from senddock.bounces.providers import NotAnEvent, ses_findings  # it builds on Finding
-
     try:
         # Sendmail breaks a line longer than 990 octets with "!", newline, space: undone.
         unbroken = re.sub(r"!\r?\n ", "", text.strip())

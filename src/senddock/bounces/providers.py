@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from senddock.bounces.classify import Kind, classify, reply_in, status_in
-from senddock.bounces.parse import Finding
+from senddock.bounces.finding import Finding
 
 # Amazon's SNS certificate hosts, `sns.<region>.amazonaws.com` (GovCloud's regions are
 # us-gov-…) and China's `sns.cn-<…>.amazonaws.com.cn`; nothing else under amazonaws.com (an S3

@@ -25,7 +25,8 @@ from typing import Any
 
 import psycopg
 
-from senddock.bounces.parse import Finding, parse
+from senddock.bounces.finding import Finding
+from senddock.bounces.parse import parse
 from senddock.bounces.verp import ReturnPath
 from senddock.db import sql
 from senddock.messages.message_id import names as message_id_names

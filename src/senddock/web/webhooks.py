@@ -59,7 +59,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from senddock.bounces import providers
-from senddock.bounces.parse import Finding, parse
+from senddock.bounces.finding import Finding
+from senddock.bounces.parse import parse
 from senddock.bounces.store import receive_event
 from senddock.config import Settings
 from senddock.errors import Invalid
