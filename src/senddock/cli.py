@@ -1052,11 +1052,13 @@ def archive_cmd(campaign_id: int, undo: bool) -> None:
 @click.option("--to", "addresses", required=True, multiple=True, help="Repeat for more.")
 def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
     """Send the rendered message to the given addresses now, without a broadcast."""
-    from senddock.campaigns.trial import send_test
+    from senddock.campaigns import trial
+    from senddock.delivery import oneoff
 
     s = settings()
     with db() as conn:
-        results = send_test(conn, campaign_id, list(addresses), s, s)
+        built = trial.build(conn, campaign_id, list(addresses), s)
+    results = oneoff.send(s, built)
     failed = 0
     for address, reply in results:
         ok = reply.accepted
@@ -1348,9 +1350,11 @@ def lists_form_cmd(name_or_id: str) -> None:
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:
     """Send the confirmation requests a new membership of a double opt-in list needs."""
+    from senddock.delivery import oneoff
+
     s = settings()
     key = compose.link_key(conn, s)
-    for list_name, reply in optin.send_requests(conn, address, key, s, s):
+    for list_name, reply in oneoff.send(s, optin.requests(optin.waiting(conn, address), key, s)):
         ok = reply.accepted
         if not ok:
             raise Fail(f"confirmation request for {list_name!r} not sent: {reply.summary()}")
