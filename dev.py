@@ -136,6 +136,7 @@ def lint() -> None:
         ["ruff", "format", "--check"],
         ["mypy"],
         ["mypy", "dev.py"],
+        ["lint-imports"],  # the layer rules: [tool.importlinter] in pyproject.toml
     ]
     failed = []
     for check in checks:
