@@ -6,15 +6,18 @@ Usage: python3 dev.py COMMAND [ARGS...]
   demo [ARGS]      run `senddock demo ARGS` from .venv
   senddock [ARGS]  run the senddock CLI from .venv
   test [ARGS]      run `python -m pytest ARGS` from .venv (in the repo root)
-  lint             ruff check, ruff format --check, mypy (in the repo root)
+  lint             ruff check, ruff format --check, mypy, lint-imports (in the repo root)
+  schema           regenerate db/schema.sql from a freshly migrated database (embedded
+                   Postgres, or SENDDOCK_TEST_DATABASE_URL's server, as the tests)
   sync             only create/update .venv (with the dev tools)
   lock [ARGS]      regenerate requirements/*.lock with uv (ARGS go to uv, e.g. --upgrade)
 
-Every command but `lock` first makes sure .venv exists and holds what it needs: `demo` and
-`senddock` need requirements/main.lock (what SendDock runs on), `test`, `lint` and `sync` need
-requirements/dev.lock (main.lock's packages, same versions, plus pytest, mypy, playwright, ...).
-It installs the lock with --require-hashes, then this project with `pip install --no-deps -e .`,
-and skips both while pyproject.toml and that lock are unchanged (a hash in .venv/ per lock).
+Every command but `lock` first makes sure .venv exists and holds what it needs: `demo`,
+`senddock` and `schema` need requirements/main.lock (what SendDock runs on), `test`, `lint` and
+`sync` need requirements/dev.lock (main.lock's packages, same versions, plus pytest, mypy,
+playwright, ...). It installs the lock with --require-hashes, then this project with
+`pip install --no-deps -e .`, and skips both while pyproject.toml and that lock are unchanged
+(a hash in .venv/ per lock).
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ def lint() -> None:
         ["ruff", "format", "--check"],
         ["mypy"],
         ["mypy", "dev.py"],
+        ["lint-imports"],  # the layer rules: [tool.importlinter] in pyproject.toml
     ]
     failed = []
     for check in checks:
@@ -169,10 +173,11 @@ def main(argv: Sequence[str]) -> None:
     command, args = argv[0], list(argv[1:])
     if command == "lock":
         return lock(args)
-    if command not in ("demo", "senddock", "test", "lint", "sync"):
+    if command not in ("demo", "senddock", "test", "lint", "sync", "schema"):
         die(f"unknown command {command!r}; see: python3 dev.py --help")
     # The demo and the CLI need only what SendDock runs on: a .venv of 173 MB, not 680.
-    sync("requirements/main.lock" if command in ("demo", "senddock") else "requirements/dev.lock")
+    main_only = ("demo", "senddock", "schema")
+    sync("requirements/main.lock" if command in main_only else "requirements/dev.lock")
     if command == "demo":
         exec_venv("senddock", ["demo", *args])
     elif command == "senddock":
@@ -181,6 +186,8 @@ def main(argv: Sequence[str]) -> None:
         exec_venv("python", ["-m", "pytest", *args], cwd=ROOT)
     elif command == "lint":
         lint()
+    elif command == "schema":
+        exec_venv("python", ["-m", "senddock.db.catalog", "db/schema.sql"], cwd=ROOT)
 
 
 if __name__ == "__main__":

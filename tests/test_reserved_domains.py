@@ -11,8 +11,9 @@ import pytest
 
 from senddock.audience import addresses
 from senddock.audience.addresses import InvalidAddress, normalize
-from senddock.campaigns.trial import send_test
+from senddock.campaigns import trial
 from senddock.config import Settings
+from senddock.delivery import oneoff
 from senddock.testing import Catcher
 from support import Conn, new_campaign, seed_list, senddock, worker_env
 
@@ -106,8 +107,8 @@ def test_a_test_send_to_a_reserved_domain_is_refused_unless_allowed(
     cid = new_campaign(conn, "news")
     settings = Settings(smtp_url=catcher.url)
     with pytest.raises(InvalidAddress):
-        send_test(conn, cid, ["qa@staging.internal"], settings, settings)
+        trial.build(conn, cid, ["qa@staging.internal"], settings)
     assert catcher.received() == []
     addresses.configure(True)
-    send_test(conn, cid, ["qa@staging.internal"], settings, settings)
+    oneoff.send(settings, trial.build(conn, cid, ["qa@staging.internal"], settings))
     assert [r.rcpt for r in catcher.received()] == ["qa@staging.internal"]

@@ -195,10 +195,9 @@ class SmtpTarget:
 
     @classmethod
     def parse(cls, url: str) -> SmtpTarget:
-        """The first relay of the setting (every entry is checked).
-
-        One-off sends (test sends, opt-in confirmations) use it; workers use `parse_all`.
-        """
+        """The first relay of the setting (every entry is checked). Senders use `parse_all`:
+        the workers pick by weight, one-off sends (delivery/oneoff.py) take the next relay
+        when one cannot be reached."""
         return cls.parse_all(url)[0]
 
     @classmethod

@@ -4,7 +4,6 @@ carries it. `senddock serve` answers the link; only confirmed members are ever s
 
 from __future__ import annotations
 
-import asyncio
 import email.policy
 import email.utils
 from email.headerregistry import Address
@@ -13,10 +12,8 @@ from typing import Any
 
 import psycopg
 
-from senddock.config import Settings, SmtpTarget
 from senddock.db import sql
-from senddock.messages import LinkSettings, sign, wire_address
-from senddock.smtp import Reply, SmtpSession
+from senddock.messages import LinkSettings, OneOff, sign, wire_address
 
 CONFIRM = "confirm"
 Conn = psycopg.Connection[dict[str, Any]]
@@ -53,40 +50,22 @@ def request_message(row: dict[str, Any], url: str) -> bytes:
     return msg.as_bytes(policy=email.policy.SMTP if to.isascii() else email.policy.SMTPUTF8)
 
 
-def send_requests(
-    conn: Conn, address: str, key: bytes, settings: Settings, links: LinkSettings
-) -> list[tuple[str, Reply]]:
-    """Send a confirmation request for each unconfirmed membership of `address`:
-    (list name, the relay's reply)."""
-    return deliver(waiting(conn, address), key, settings, links)
-
-
 def waiting(conn: Conn, address: str) -> list[dict[str, Any]]:
-    """The unconfirmed memberships of `address`, as `deliver` mails them (read them, give the
-    connection back, then deliver: no connection waits on the relay)."""
+    """The unconfirmed memberships of `address`, as `requests` mails them (read them, give the
+    connection back, then send: no connection waits on the relay)."""
     return conn.execute(QUERIES["unconfirmed"], (address.strip(),)).fetchall()
 
 
-def deliver(
-    rows: list[dict[str, Any]], key: bytes, settings: Settings, links: LinkSettings
-) -> list[tuple[str, Reply]]:
-    """Send the confirmation request of each unconfirmed membership row (as `unconfirmed`
-    reads them) over one SMTP session: (list name, the relay's reply)."""
-    todo = []
+def requests(rows: list[dict[str, Any]], key: bytes, links: LinkSettings) -> list[OneOff]:
+    """The confirmation request of each unconfirmed membership row (as `waiting` reads them),
+    each about its list's name. Built here, sent by the caller (delivery.oneoff.send): the
+    audience layer never opens an SMTP session."""
+    built = []
     for row in rows:
         url = confirm_url(links, key, row["subscriber_id"], row["list_id"])
         sender = email.utils.parseaddr(row["from_addr"])[1]
-        todo.append((row["list_name"], sender, row["email"], request_message(row, url)))
-
-    async def send_all() -> list[tuple[str, Reply]]:
-        target = SmtpTarget.parse(settings.smtp_url)
-        session = SmtpSession(target, settings.smtp_timeout, verify_certs=target.verify)
-        try:
-            return [(name, await session.send(s, r, data)) for name, s, r, data in todo]
-        finally:
-            await session.quit()
-
-    return asyncio.run(send_all()) if todo else []
+        built.append(OneOff(row["list_name"], sender, row["email"], request_message(row, url)))
+    return built
 
 
 def about(conn: Conn, subscriber_id: int, list_id: int) -> dict[str, Any] | None:

@@ -152,7 +152,7 @@ def sign_up(
     conn: Conn, lst: PublicList, address: str, name: str, ip: str, user_agent: str
 ) -> list[dict[str, Any]]:
     """Apply one sign-up (see the module's table), in one transaction; the confirmation
-    request rows to mail (optin.deliver), none or one. `address` is already normalized."""
+    request rows to mail (optin.requests), none or one. `address` is already normalized."""
     with conn.transaction():
         found = conn.execute(QUERIES["suppressed"], {"email": address}).fetchone()
         if found is not None and found["suppressed"]:

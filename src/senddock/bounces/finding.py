@@ -1,5 +1,6 @@
-"""One recipient a returned message reports on: what a bounce (bounces/parse.py) and a
-provider's event (bounces/providers.py) both come down to."""
+"""One recipient a returned message or a provider's event reports on (bounces/parse.py and
+bounces/providers.py both make them; a module of its own, so neither imports the other to get
+it)."""
 
 from __future__ import annotations
 

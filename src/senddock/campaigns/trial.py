@@ -1,11 +1,11 @@
 """Test sends: a campaign's message, rendered as for a subscriber, to a few given addresses.
 
-No broadcast, no job rows, no retries: the relay's reply is shown to the person at once.
+No broadcast, no job rows, no retries: the caller sends them with delivery.oneoff.send and
+shows the relay's reply to the person at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from typing import Any
 
@@ -15,20 +15,18 @@ from senddock.audience.addresses import normalize
 from senddock.campaigns.audience import audience, list_ids
 from senddock.campaigns.compose import campaign_message, recipient_for
 from senddock.campaigns.layouts import first_recipient
-from senddock.config import Settings, SmtpTarget
-from senddock.messages import LinkSettings, Recipient
+from senddock.messages import LinkSettings, OneOff, Recipient
 from senddock.messages.render import SampleAttributes
-from senddock.smtp import Reply, SmtpSession
 
 
-def send_test(
+def build(
     conn: psycopg.Connection[dict[str, Any]],
     campaign_id: int,
     addresses: list[str],
-    settings: Settings,
     links: LinkSettings,
-) -> list[tuple[str, Reply]]:
-    """Send the rendered message to each address over one SMTP session: (address, reply).
+) -> list[OneOff]:
+    """The campaign's message for each address, each about its (normalized) address. Built
+    here, sent by the caller (delivery.oneoff.send): campaigns never open an SMTP session.
 
     Each address is rendered as its subscriber if it is one (name, attributes, own link);
     any other address with the name and attributes of the first of the campaign's audience,
@@ -45,17 +43,8 @@ def send_test(
         rcpt = recipient_for(conn, address)
         if rcpt.subscriber_id == NOBODY:
             rcpt = _as_sample(conn, campaign_id, address)
-        rendered.append((address, message.render(rcpt, mid)))
-
-    async def send_all() -> list[tuple[str, Reply]]:
-        target = SmtpTarget.parse(settings.smtp_url)
-        session = SmtpSession(target, settings.smtp_timeout, verify_certs=target.verify)
-        try:
-            return [(a, await session.send(sender, a, data)) for a, data in rendered]
-        finally:
-            await session.quit()
-
-    return asyncio.run(send_all())
+        rendered.append(OneOff(address, sender, address, message.render(rcpt, mid)))
+    return rendered
 
 
 # The subscriber id compose.recipient_for gives an address that is no subscriber's.

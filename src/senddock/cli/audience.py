@@ -17,6 +17,7 @@ from senddock.audience import subscribers as subscribers_api
 from senddock.audience.export import export_subscribers
 from senddock.campaigns import compose
 from senddock.cli.common import DB, Fail, db, epilog, iso, settings
+from senddock.delivery import oneoff
 from senddock.words import plural
 
 
@@ -489,7 +490,7 @@ def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: st
     """Send the confirmation requests a new membership of a double opt-in list needs."""
     s = settings()
     key = compose.link_key(conn, s)
-    for list_name, reply in optin.send_requests(conn, address, key, s, s):
+    for list_name, reply in oneoff.send(s, optin.requests(optin.waiting(conn, address), key, s)):
         ok = reply.accepted
         if not ok:
             raise Fail(f"confirmation request for {list_name!r} not sent: {reply.summary()}")

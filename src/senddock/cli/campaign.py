@@ -18,13 +18,13 @@ from rich.live import Live
 from rich.text import Text
 
 from senddock import campaigns, views
-from senddock.campaigns import CampaignStatus, compose, edits
+from senddock.campaigns import CampaignStatus, compose, edits, trial
 from senddock.campaigns.audience import audience, preview_count
 from senddock.campaigns.listing import all_campaigns, show
 from senddock.campaigns.recipients import write_csv as write_recipients_csv
-from senddock.campaigns.trial import send_test
 from senddock.campaigns.workers import send_warning
 from senddock.cli.common import DB, Fail, db, epilog, iso, read_file, settings
+from senddock.delivery import oneoff
 from senddock.queue.counts import COMPLAINT_LIMIT
 from senddock.words import plural
 
@@ -529,7 +529,8 @@ def test_cmd(campaign_id: int, addresses: tuple[str, ...]) -> None:
     """Send the rendered message to the given addresses now, without a broadcast."""
     s = settings()
     with db() as conn:
-        results = send_test(conn, campaign_id, list(addresses), s, s)
+        built = trial.build(conn, campaign_id, list(addresses), s)
+    results = oneoff.send(s, built)  # the relay is answered with no database connection held
     failed = 0
     for address, reply in results:
         ok = reply.accepted

@@ -2,6 +2,7 @@
 
 from senddock.messages.html_text import html_to_text
 from senddock.messages.links import PREFERENCES, UNSUBSCRIBE, Links, LinkSettings, sign, verify
+from senddock.messages.oneoff import OneOff
 from senddock.messages.render import (
     AddressProblem,
     CompiledMessage,
@@ -22,6 +23,7 @@ __all__ = [
     "HeaderError",
     "LinkSettings",
     "Links",
+    "OneOff",
     "Recipient",
     "TemplateProblem",
     "check_header",

@@ -1,4 +1,9 @@
 -- What a later bounce or complaint does (queue/bounces.py), in the transaction of its finding.
+--
+-- Relies on these triggers and functions (each in db/schema.sql; tests/test_schema_file.py
+-- checks that every one named here exists there):
+--   trigger broadcast_jobs_count_updates (0010): fires on mark_job and leaves the counts as
+--     they are (a job's status does not change); count_effect writes 'later:<kind>' itself.
 
 -- name: mark_job
 -- The job's record of its first later report, its kind and reason (0027): set only while NULL,

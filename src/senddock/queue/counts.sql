@@ -1,5 +1,12 @@
 -- The one count of a broadcast's jobs (queue/counts.py). Counters are kept by the triggers of
 -- migration 0010 in the same transactions as the transitions.
+--
+-- Relies on these triggers and functions (each in db/schema.sql; tests/test_schema_file.py
+-- checks that every one named here exists there):
+--   trigger broadcast_jobs_count_inserts (0010): the counters of enqueued jobs.
+--   trigger broadcast_jobs_count_updates (0010): the counters of every transition.
+--   function senddock_count_state (0010): the state a counter row is kept under.
+--   function senddock_unfinished_weight (0026): a state's weight in "unfinished".
 
 -- name: counters
 -- Invariant 8: a broadcast's counted states (total, retry, sent, failed by reason, cancelled,

@@ -3,6 +3,17 @@
 -- docstring; each arrow there names the block here that makes it. Invariant numbers are those of
 -- docs/design.md. A campaign's status is never written here while it has a broadcast: the trigger
 -- campaign_follows_broadcast (migration 0013) derives it from the broadcast's.
+--
+-- Relies on these triggers and functions (each in db/schema.sql; tests/test_schema_file.py
+-- checks that every one named here exists there):
+--   trigger campaign_follows_broadcast (0013): a campaign's status follows its broadcast's.
+--   function campaign_status_of (0013): the broadcast status -> campaign status map it applies.
+--   trigger broadcast_jobs_count_inserts (0010): enqueue counts its jobs in its transaction.
+--   trigger broadcast_jobs_count_updates (0010): every transition moves the counts with it.
+--   function senddock_count_state (0010): the counted state of a job's status and failure.
+--   trigger subscribers_delete_guard (0006): the exclusive side of chunk_lock.
+--   function senddock_carried_mark (0025): a rescued row's carried mark (record_many).
+--   function senddock_unfinished (0026): the one "unfinished" that finish reads.
 
 -- ===== Enqueue: a draft becomes a broadcast, its recipients become pending jobs =====
 

@@ -29,10 +29,10 @@ from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.bounces import store as bounce_store
-from senddock.campaigns import compose, edits
+from senddock.campaigns import compose, edits, trial
 from senddock.campaigns.campaigns import JobStatus
-from senddock.campaigns.trial import send_test
 from senddock.campaigns.workers import NO_WORKER, live_workers
+from senddock.delivery import oneoff
 from senddock.delivery.rescuer import list_workers
 from senddock.errors import Invalid, NotFound
 from senddock.views import plain
@@ -138,9 +138,8 @@ def add_subscriber(request: Request, conn: Db, body: s.SubscriberIn) -> s.Subscr
     if body.send_confirmation:
         state = request.app.state
         address = queries.subscriber_email(conn, sid) or body.email
-        for list_name, reply in optin.send_requests(
-            conn, address, state.link_key, state.settings, state.settings
-        ):
+        built = optin.requests(optin.waiting(conn, address), state.link_key, state.settings)
+        for list_name, reply in oneoff.send(state.settings, built):
             sent.append(
                 s.ConfirmationRequest(list=list_name, sent=reply.accepted, reply=reply.summary())
             )
@@ -481,7 +480,8 @@ def test_campaign(
 ) -> list[s.TestResult]:
     """Send the rendered message to these addresses now (no broadcast); the relay's replies."""
     state = request.app.state
-    results = send_test(conn, campaign_id, body.to, state.settings, state.settings)
+    built = trial.build(conn, campaign_id, body.to, state.settings)
+    results = oneoff.send(state.settings, built)
     return [s.TestResult(address=a, sent=r.accepted, reply=r.summary()) for a, r in results]
 
 

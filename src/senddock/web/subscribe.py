@@ -35,6 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from senddock.audience import optin, signup
 from senddock.audience.addresses import normalize
+from senddock.delivery import oneoff
 from senddock.errors import Invalid, SendDockError
 from senddock.web import errors, login_limits
 from senddock.web.dashboard.views import db
@@ -126,7 +127,7 @@ def _sign_up_and_mail(
         return
     s = request.app.state.settings
     try:
-        for list_name, reply in optin.deliver(rows, request.app.state.link_key, s, s):
+        for list_name, reply in oneoff.send(s, optin.requests(rows, request.app.state.link_key, s)):
             ok = reply.accepted
             if not ok:
                 log.warning("sign-up to %r: request not sent: %s", list_name, reply.summary())

@@ -15,10 +15,10 @@ from starlette.responses import Response
 from senddock import campaigns
 from senddock.audience.lists import all_lists
 from senddock.audience.segments import all_segments as saved_segments
-from senddock.campaigns import edits
+from senddock.campaigns import edits, trial
 from senddock.campaigns.layouts import NO_LAYOUT, list_layouts
 from senddock.campaigns.listing import CampaignDetail, show
-from senddock.campaigns.trial import send_test
+from senddock.delivery import oneoff
 from senddock.errors import Invalid, NotFound, SendDockError
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Conn, db, flash, not_found, redirect, render
@@ -249,7 +249,7 @@ def test_send(request: Request, campaign_id: int, to: Annotated[str, Form()] = "
     def go(conn: Conn) -> tuple[str, str]:
         if not to.strip():
             raise Invalid("Give an address to send the test to.", field="to")
-        [(address, reply)] = send_test(conn, campaign_id, [to], settings, settings)
+        [(address, reply)] = oneoff.send(settings, trial.build(conn, campaign_id, [to], settings))
         if reply.accepted:
             return f"Test sent to {address} ({reply.summary()}).", back
         raise Invalid(f"The test to {address} was not accepted: {reply.summary()}", field="to")

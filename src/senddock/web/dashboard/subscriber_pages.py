@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from senddock.audience import optin, subscribers
 from senddock.audience.lists import all_lists, find_list
+from senddock.delivery import oneoff
 from senddock.errors import Invalid, NotFound, SendDockError
 from senddock.web import queries
 from senddock.web.dashboard.gate import LoggedIn
@@ -100,7 +101,7 @@ def asked_to_confirm(request: Request, rows: list[dict[str, Any]], email: str) -
     is said, never raised: the membership stays."""
     state, said = request.app.state, ""
     settings = state.settings
-    for name, reply in optin.deliver(rows, state.link_key, settings, settings):
+    for name, reply in oneoff.send(settings, optin.requests(rows, state.link_key, settings)):
         if reply.accepted:
             said += f" A confirmation request for {name} went to {email}."
         else:
