@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.message
 import email.policy
@@ -595,27 +596,56 @@ def workers_cmd(as_json: bool) -> None:
 )
 def worker_cmd(concurrency: int, processes: int | None) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
-    from senddock.delivery.processes import run_processes
-    from senddock.runtime import run_worker
+    from senddock.delivery import processes as supervisor  # the standard library alone
 
-    s = settings()
-    url = current_database(s)
     processes = default_processes(processes)
+    if processes == 1:
+        s = _check_worker(concurrency, processes)
+        from senddock.runtime import run_worker
+
+        sys.exit(run_worker(s, database_url(s), concurrency))
+    # This process, the supervisor, imports nothing a worker needs: the checks, each worker and
+    # each death note run in forked children (delivery/processes.py).
+    supervisor.in_child(functools.partial(_check_worker, concurrency, processes))
+    work = functools.partial(_worker_process, concurrency)
+    code = supervisor.run_processes(processes, work, note=_note_exit)
+    with contextlib.suppress(SystemExit):  # it said why; the workers' code is the answer
+        supervisor.in_child(_release_embedded, at_exit=True)
+    sys.exit(code)
+
+
+def _check_worker(concurrency: int, processes: int) -> Settings:
+    """The settings, once they and the database are checked; what the worker will use, told."""
+    s = settings()
+    current_database(s)
     each = plural(concurrency, "SMTP session")
     senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
     click.echo(startup_block("worker", s, senders), err=True)
-    if processes > 1:
-        work = functools.partial(run_worker, s, url, concurrency)
-        note = functools.partial(_note_exit, url)
-        sys.exit(run_processes(processes, work, watchdog=s.lease_seconds, note=note))
-    sys.exit(run_worker(s, url, concurrency))
+    return s
 
 
-def _note_exit(url: str, pid: int, started: str, reason: str) -> None:
+def _worker_process(concurrency: int) -> int:
+    """One worker process under the supervisor: its exit code."""
+    from senddock.runtime import run_worker
+
+    s = settings()
+    return run_worker(s, database_url(s), concurrency)
+
+
+def _release_embedded() -> None:
+    """Join the embedded Postgres, if that is the database, so that this process's exit stops
+    it when no other process uses it (as a single worker's exit does)."""
+    s = settings()
+    if not s.database_url:
+        database_url(s)
+
+
+def _note_exit(pid: int, started: str, reason: str) -> None:
     """Write down how a worker process ended, for its death record (delivery/rescuer.py)."""
     from senddock.delivery.rescuer import Identity, note_exit
 
     ident = Identity(socket.gethostname(), "", pid, started)
+    url = database_url(settings())
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         note_exit(conn, ident, reason)
 
