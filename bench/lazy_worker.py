@@ -3,9 +3,10 @@
     .venv/bin/python bench/lazy_worker.py [--processes N] [--concurrency C]
 
 This process imports what that command's parent will: Click and the supervisor
-(delivery/processes.py), nothing else; the checks, the workers and the death notes import the
-command line in their forked children. `bench/worker_memory.py --direct` measures it, and
-tests/test_worker_processes.py checks that this process loads none of a worker's modules.
+(delivery/processes.py), nothing else; the launcher (checks and imports), the workers and the
+death notes import the command line in their forked children. `bench/worker_memory.py
+--direct` measures it; tests/test_worker_processes.py checks that this process loads none of
+a worker's modules.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import click  # noqa: F401  (the lazy command line's root group imports it)
 from senddock.delivery import processes as supervisor
 
 
-def check(concurrency: int, processes: int) -> None:
+def prepare(concurrency: int, processes: int) -> None:
     from senddock import cli
 
-    cli._check_worker(concurrency, processes)
+    cli._prepare_worker(concurrency, processes)
 
 
 def work(concurrency: int) -> int:
@@ -52,9 +53,9 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    supervisor.in_child(functools.partial(check, args.concurrency, args.processes))
+    prepare_ = functools.partial(prepare, args.concurrency, args.processes)
     work_ = functools.partial(work, args.concurrency)
-    code = supervisor.run_processes(args.processes, work_, note=note)
+    code = supervisor.run_processes(args.processes, work_, prepare=prepare_, note=note)
     supervisor.in_child(release, at_exit=True)
     return code
 

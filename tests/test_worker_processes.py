@@ -130,6 +130,11 @@ def test_worker_without_flags_runs_one_process_per_core_up_to_the_cap(
     assert _children(conn) == []
 
 
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _libraries(pid: int) -> set[str]:
     maps = Path(f"/proc/{pid}/maps").read_text()
     return {name for name in WORKER_LIBRARIES if name in maps}
@@ -151,7 +156,9 @@ def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
         assert wait_until(lambda: len(_children(conn)) == 2, 30), log.read_text()
         children = _children(conn)
         assert wait_until(lambda: campaign_done(conn, cid), 60), log.read_text()
-        # The children loaded what they send with; the parent, through it all, none of it.
+        # The children loaded what they send with (forked by a launcher that loaded it once,
+        # then adopted); the parent, through it all, none of it.
+        assert all(_parent_of(pid) == parent.pid for pid in children)
         assert all(_libraries(pid) == set(WORKER_LIBRARIES) for pid in children)
         assert _libraries(parent.pid) == set(), log.read_text()
         # And it supervises as before: a child killed is written down and replaced.

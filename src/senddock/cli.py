@@ -604,11 +604,11 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
         from senddock.runtime import run_worker
 
         sys.exit(run_worker(s, database_url(s), concurrency))
-    # This process, the supervisor, imports nothing a worker needs: the checks, each worker and
-    # each death note run in forked children (delivery/processes.py).
-    supervisor.in_child(functools.partial(_check_worker, concurrency, processes))
+    # This process, the supervisor, imports nothing a worker needs: the checks and imports, the
+    # workers and the death notes run in forked children (delivery/processes.py).
+    prepare = functools.partial(_prepare_worker, concurrency, processes)
     work = functools.partial(_worker_process, concurrency)
-    code = supervisor.run_processes(processes, work, note=_note_exit)
+    code = supervisor.run_processes(processes, work, prepare=prepare, note=_note_exit)
     with contextlib.suppress(SystemExit):  # it said why; the workers' code is the answer
         supervisor.in_child(_release_embedded, at_exit=True)
     sys.exit(code)
@@ -622,6 +622,15 @@ def _check_worker(concurrency: int, processes: int) -> Settings:
     senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
     click.echo(startup_block("worker", s, senders), err=True)
     return s
+
+
+def _prepare_worker(concurrency: int, processes: int) -> None:
+    """In the launcher: the checks, and what every worker imports, loaded once for all."""
+    _check_worker(concurrency, processes)
+    import senddock.runtime  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import uvloop  # noqa: F401
 
 
 def _worker_process(concurrency: int) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import select
@@ -41,6 +42,7 @@ from types import FrameType
 log = logging.getLogger("senddock.worker")
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 RESTART_DELAY = 1.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 POLL = 0.5  # seconds between looks at the children's exits and beats
@@ -140,6 +142,32 @@ def _child(parent: int, work: Callable[[], int], beats: int) -> int:
     return work()
 
 
+def _worker_child(parent: int, work: Callable[[], int], beats: int, others: list[int]) -> None:
+    """The body of a forked worker: close what is not its own, work, and never return."""
+    code = 70
+    try:
+        for fd in others:
+            os.close(fd)
+        code = _child(parent, work, beats)
+    except BaseException as exc:
+        log.exception("worker process failed")
+        last_words(f"{type(exc).__name__}: {exc}")
+    finally:
+        logging.shutdown()
+        os._exit(code)
+
+
+def _adopted_by(parent: int, timeout: float = 10.0) -> bool:
+    """In a worker forked by the launcher: wait until the launcher has exited and `parent`,
+    the subreaper, has become our parent."""
+    deadline = time.monotonic() + timeout
+    while os.getppid() != parent:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def _die_with(parent: int) -> bool:
     """Ask the kernel to SIGKILL this process when `parent` dies; False if it cannot."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -208,10 +236,17 @@ def run_processes(
     processes: int,
     work: Callable[[], int],
     *,
+    prepare: Callable[[], object] | None = None,
     watchdog: float | None = None,
     note: Callable[[int, str, str], None] | None = None,
 ) -> int:
     """Run `work` in `processes` forked children until SIGTERM or SIGINT; their worst exit code.
+
+    The first children are forked by a launcher, a child of this process that runs `prepare`
+    (checks, imports) once and exits: they share what it loaded, and become this process's
+    children (it is their subreaper). If `prepare` raises, the launcher reports it as the
+    command line does and exits, and this raises SystemExit with its code. A child that dies
+    unasked is replaced by one forked from here, which imports what it needs itself.
 
     A child that has beaten once and then falls silent for `watchdog` seconds (or the period it
     announced) is killed and replaced. `note(pid, started, reason)` is told, in a forked child
@@ -220,8 +255,61 @@ def run_processes(
     """
     me = os.getpid()
     stopping = False
+    asked = 0  # the signal that asked us to stop
     children: dict[int, _Child] = {}
     scribes: set[int] = set()
+    libc = ctypes.CDLL(None, use_errno=True)
+    subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+
+    def launch(n: int) -> None:
+        """Fork the launcher; take its `n` workers as our children."""
+        pipes = [os.pipe() for _ in range(n)]
+        report, told = os.pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            launcher = os.fork()
+            if launcher == 0:
+                os.close(report)
+                for read_end, _ in pipes:
+                    os.close(read_end)
+                if not _die_with(me):
+                    os._exit(70)
+                _default_signals()
+                if prepare is not None:
+                    prepare()  # raises in the launcher: its caller reports it and exits
+                gc.freeze()  # what it loaded stays shared: the workers' collector skips it
+                for i, (_, write_end) in enumerate(pipes):
+                    pid = os.fork()
+                    if pid == 0:
+                        others = [told] + [w for j, (_, w) in enumerate(pipes) if j != i]
+                        if not _adopted_by(me):
+                            os._exit(70)
+                        _worker_child(me, work, write_end, others)
+                    os.write(told, b"%d\n" % pid)
+                _flush()
+                os._exit(0)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        os.close(told)
+        for _, write_end in pipes:
+            os.close(write_end)
+        said = b""
+        while chunk := os.read(report, 4096):
+            said += chunk
+        os.close(report)
+        _, status = os.waitpid(launcher, 0)
+        pids = [int(p) for p in said.split()]
+        code = os.waitstatus_to_exitcode(status)
+        if not pids and code != 0:
+            for read_end, _ in pipes:
+                os.close(read_end)
+            raise SystemExit(code if code > 0 else 128 - code)
+        for pid, (read_end, _) in zip(pids, pipes, strict=False):
+            os.set_blocking(read_end, False)
+            children[pid] = _Child(pid, process_start(pid) or "", read_end)
+        for read_end, _ in pipes[len(pids) :]:  # the launcher died half-way: fork the rest
+            os.close(read_end)
+            spawn()
 
     def spawn() -> None:
         read_end, write_end = os.pipe()
@@ -230,18 +318,9 @@ def run_processes(
         try:
             pid = os.fork()
             if pid == 0:
-                code = 70
-                try:
-                    os.close(read_end)
-                    for other in children.values():
-                        os.close(other.beats)
-                    code = _child(me, work, write_end)
-                except BaseException as exc:
-                    log.exception("worker process failed")
-                    last_words(f"{type(exc).__name__}: {exc}")
-                finally:
-                    logging.shutdown()
-                    os._exit(code)
+                _worker_child(
+                    me, work, write_end, [read_end, *(c.beats for c in children.values())]
+                )
             os.close(write_end)
             os.set_blocking(read_end, False)
             children[pid] = _Child(pid, process_start(pid) or "", read_end)
@@ -249,8 +328,9 @@ def run_processes(
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
     def forward(signum: int, _: FrameType | None) -> None:
-        nonlocal stopping
+        nonlocal stopping, asked
         stopping = True
+        asked = signum
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
@@ -283,8 +363,15 @@ def run_processes(
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    for _ in range(processes):
-        spawn()
+    if subreaper:
+        launch(processes)
+    else:
+        if prepare is not None:
+            in_child(prepare)
+        for _ in range(processes):
+            spawn()
+    if stopping:  # asked while the launcher was preparing: tell the workers it forked
+        forward(asked, None)
     log.info("started %d worker processes: %s", processes, sorted(children))
     worst = 0
     while children:
