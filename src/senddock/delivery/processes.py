@@ -3,11 +3,12 @@
 The parent, the supervisor, imports the standard library alone (this module, and a command
 line that imports nothing more for `worker`): it sends nothing, so it holds none of what a
 worker needs (Pydantic, psycopg, Jinja2, the event loop: about 45 MB of a worker's 55 MB). What
-needs them runs in forked children: `in_child` checks the configuration and the database in a
-child that says why in one line and exits if they are wrong; each worker is a forked child that
-imports what it needs; `note` writes a death down from a short-lived child of its own. Forking
-(rather than a new interpreter) saves the interpreter's own start; the imports a child does
-itself take about 0.3 s of CPU, and two children do them at once on two cores.
+needs them runs in forked children. A launcher runs `prepare` once (the configuration and the
+database checked, a bad one said in one line; the worker's imports loaded), forks the first
+workers and exits: they share its pages, and the supervisor, their subreaper, adopts them. A
+replacement for a worker that died is forked by the supervisor and imports what it needs
+itself (about 0.3 s of CPU). `note` writes a death down from a short-lived child of its own.
+bench/worker_memory.py measures the tree (docs/measurements.md, 2026-12-07).
 
 The parent forwards SIGTERM/SIGINT, restarts a
 child that died while nobody asked it to stop, and, being the process an operator or a
@@ -281,10 +282,11 @@ def run_processes(
                 for i, (_, write_end) in enumerate(pipes):
                     pid = os.fork()
                     if pid == 0:
-                        others = [told] + [w for j, (_, w) in enumerate(pipes) if j != i]
+                        for fd in [told] + [w for j, (_, w) in enumerate(pipes) if j != i]:
+                            os.close(fd)
                         if not _adopted_by(me):
                             os._exit(70)
-                        _worker_child(me, work, write_end, others)
+                        _worker_child(me, work, write_end, [])
                     os.write(told, b"%d\n" % pid)
                 _flush()
                 os._exit(0)
