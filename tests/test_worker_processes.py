@@ -14,6 +14,9 @@ from senddock.testing import Catcher
 from support import Conn, send_campaign, unfinished, wait_until, worker_env
 
 CONCURRENCY = 3
+# Native libraries that every worker loads and a supervisor needs none of (Pydantic, psycopg,
+# the event loop, Jinja2): /proc/PID/maps names them once they are imported.
+WORKER_LIBRARIES = ("_pydantic_core", "psycopg_binary", "uvloop", "markupsafe")
 
 
 def _start(env: dict[str, str], log: Path, processes: int | None) -> subprocess.Popen[bytes]:
@@ -123,3 +126,52 @@ def test_worker_without_flags_runs_one_process_per_core_up_to_the_cap(
         if proc.poll() is None:
             proc.kill()
     assert _children(conn) == []
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _libraries(pid: int) -> set[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {name for name in WORKER_LIBRARIES if name in maps}
+
+
+def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
+    conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
+) -> None:
+    emails = addresses(500)
+    cid, _ = send_campaign(conn, "news", emails)
+    log = tmp_path / "parent.log"
+    argv = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "2"]
+    argv += ["--concurrency", str(CONCURRENCY)]
+    with open(log, "ab") as out:
+        parent = subprocess.Popen(
+            argv, env=worker_env(db_url, catcher.url), stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        assert wait_until(lambda: len(_children(conn)) == 2, 30), log.read_text()
+        children = _children(conn)
+        assert wait_until(lambda: campaign_done(conn, cid), 60), log.read_text()
+        # The children loaded what they send with (forked by a launcher that loaded it once,
+        # then adopted); the parent, through it all, none of it.
+        assert all(_parent_of(pid) == parent.pid for pid in children)
+        assert all(_libraries(pid) == set(WORKER_LIBRARIES) for pid in children)
+        assert _libraries(parent.pid) == set(), log.read_text()
+        # And it supervises as before: a child killed is written down and replaced.
+        os.kill(children[0], signal.SIGKILL)
+        assert wait_until(
+            lambda: children[0] not in _children(conn) and len(_children(conn)) == 2, 30
+        ), log.read_text()
+        assert _libraries(parent.pid) == set(), log.read_text()
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(30) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    deaths = conn.execute("SELECT pid, reason FROM worker_deaths").fetchall()
+    assert [(d["pid"], d["reason"]) for d in deaths] == [
+        (children[0], "worker process killed by SIGKILL")
+    ]
+    assert sorted(catcher.count_by_rcpt()) == sorted(emails)

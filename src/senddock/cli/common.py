@@ -1,6 +1,7 @@
 """What every command shares: its settings, its database, its one-line error, its --help
-epilog. Loaded by the root, so it imports no service package (settings() takes the one it
-configures only when called)."""
+epilog. Loaded by the root, so it imports nothing but click at import time: `senddock worker`'s
+supervisor runs on this module and must not load what a worker loads (psycopg, pydantic, the
+services). settings() and db() import what they use when called."""
 
 from __future__ import annotations
 
@@ -9,16 +10,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import psycopg
-from pydantic import ValidationError
 
-from senddock.bounces.verp import ReturnPath
-from senddock.config import Settings, SmtpTarget, load
-from senddock.db import check_current, connect, database_url
-from senddock.errors import SendDockError
+if TYPE_CHECKING:
+    import psycopg
+
+    from senddock.config import Settings
 
 
 class Fail(click.ClickException):
@@ -33,6 +32,11 @@ class Fail(click.ClickException):
 def settings() -> Settings:
     """The settings of this command, read from the environment once and checked; every part
     of the command is handed this one object."""
+    from pydantic import ValidationError
+
+    from senddock.bounces.verp import ReturnPath
+    from senddock.config import SmtpTarget, load
+
     try:
         s = load()
         SmtpTarget.parse(s.smtp_url)
@@ -51,6 +55,10 @@ def settings() -> Settings:
 @contextmanager
 def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any]]]:
     """A connection to the configured database, with errors turned into one line."""
+    import psycopg
+
+    from senddock.db import check_current, connect, database_url
+
     s = settings()
     try:
         url = database_url(s)
@@ -73,6 +81,11 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
 
 def current_database(s: Settings) -> str:
     """The database URL, once the database is reachable and its schema current; else Fail."""
+    import psycopg
+
+    from senddock.db import check_current, connect, database_url
+    from senddock.errors import SendDockError
+
     try:
         url = database_url(s)
         with connect(url) as conn:

@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from senddock import config
 from senddock.cli.common import first_line
 from senddock.errors import SendDockError
 
@@ -73,6 +72,8 @@ SECRET_URLS = ("SENDDOCK_DATABASE_URL", "SENDDOCK_SMTP_URL")
 
 def _secret(text: str) -> str:
     """`text` with the passwords of the configured URLs (and of any URL in it) hidden."""
+    from senddock import config
+
     return config.redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
 
 

@@ -6,21 +6,22 @@ not load the web app, and `senddock serve` not the demo.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import socket
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
-import psycopg
 
-from senddock import config
 from senddock.cli.common import WEB, WORKER, current_database, epilog, settings
-from senddock.config import Settings
-from senddock.db.connect import default_data_dir
 from senddock.words import plural
+
+if TYPE_CHECKING:
+    from senddock.config import Settings
 
 # `senddock worker` without flags: one process per core (at most this many), each with
 # DEFAULT_CONCURRENCY SMTP sessions. The cap keeps a big machine from opening more sessions to
@@ -47,6 +48,9 @@ def startup_block(command: str, s: Settings, senders: str) -> str:
     """What a long-running command is about to use, for stderr: relays, limits, senders,
     database and public URL, with a warning for each setting left at a default that only
     suits a test machine. Passwords are never shown."""
+    from senddock import config
+    from senddock.db.connect import default_data_dir
+
     rows = config.describe(s)
     if not s.database_url:
         rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
@@ -86,27 +90,72 @@ def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
 )
 def worker_cmd(concurrency: int, processes: int | None) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
-    from senddock.delivery.processes import run_processes
-    from senddock.runtime import run_worker
+    from senddock.delivery import processes as supervisor  # the standard library alone
 
-    s = settings()
-    url = current_database(s)
     processes = default_processes(processes)
+    if processes == 1:
+        s = _check_worker(concurrency, processes)
+        from senddock.db import database_url
+        from senddock.runtime import run_worker
+
+        sys.exit(run_worker(s, database_url(s), concurrency))
+    # This process, the supervisor, imports nothing a worker needs: the checks and imports, the
+    # workers and the death notes run in forked children (delivery/processes.py).
+    prepare = functools.partial(_prepare_worker, concurrency, processes)
+    work = functools.partial(_worker_process, concurrency)
+    code = supervisor.run_processes(processes, work, prepare=prepare, note=_note_exit)
+    with contextlib.suppress(SystemExit):  # it said why; the workers' code is the answer
+        supervisor.in_child(_release_embedded, at_exit=True)
+    sys.exit(code)
+
+
+def _check_worker(concurrency: int, processes: int) -> Settings:
+    """The settings, once they and the database are checked; what the worker will use, told."""
+    s = settings()
+    current_database(s)
     each = plural(concurrency, "SMTP session")
     senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
     click.echo(startup_block("worker", s, senders), err=True)
-    if processes > 1:
-        work = functools.partial(run_worker, s, url, concurrency)
-        note = functools.partial(_note_exit, url)
-        sys.exit(run_processes(processes, work, watchdog=s.lease_seconds, note=note))
-    sys.exit(run_worker(s, url, concurrency))
+    return s
 
 
-def _note_exit(url: str, pid: int, started: str, reason: str) -> None:
+def _prepare_worker(concurrency: int, processes: int) -> None:
+    """In the launcher: the checks, and what every worker imports, loaded once for all."""
+    _check_worker(concurrency, processes)
+    import senddock.runtime  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import uvloop  # noqa: F401
+
+
+def _worker_process(concurrency: int) -> int:
+    """One worker process under the supervisor: its exit code."""
+    from senddock.db import database_url
+    from senddock.runtime import run_worker
+
+    s = settings()
+    return run_worker(s, database_url(s), concurrency)
+
+
+def _release_embedded() -> None:
+    """Join the embedded Postgres, if that is the database, so that this process's exit stops
+    it when no other process uses it (as a single worker's exit does)."""
+    from senddock.db import database_url
+
+    s = settings()
+    if not s.database_url:
+        database_url(s)
+
+
+def _note_exit(pid: int, started: str, reason: str) -> None:
     """Write down how a worker process ended, for its death record (delivery/rescuer.py)."""
+    import psycopg
+
+    from senddock.db import database_url
     from senddock.delivery.rescuer import Identity, note_exit
 
     ident = Identity(socket.gethostname(), "", pid, started)
+    url = database_url(settings())
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         note_exit(conn, ident, reason)
 

@@ -34,6 +34,7 @@ from psycopg import AsyncConnection
 from senddock import queue
 from senddock.db import sql
 from senddock.delivery.maintainer import Service
+from senddock.delivery.processes import process_start
 from senddock.delivery.state import Lease
 
 AsyncConn = AsyncConnection[dict[str, Any]]
@@ -62,16 +63,6 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` in clock ticks since boot, or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return fields[19]  # field 22 of stat(5), counting from the one after the command name
 
 
 def process_alive(pid: int, started: str) -> bool:

@@ -154,6 +154,7 @@ class Worker:
         its duties with it (the heartbeat among them). A database outage does not stop the
         beats; a loop stuck in one job's code, or duties that ended, does, and the supervisor
         replaces us."""
+        processes.announce(self.lease.seconds)
         while not duties.done():
             processes.beat()
             await asyncio.sleep(1.0)
