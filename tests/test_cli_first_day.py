@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from senddock.cli import cli
-from senddock.config import hide_password
 from senddock.db.embedded import pg_ctl
+from senddock.redaction import hide_password
 from senddock.web import auth
 from support import Conn, senddock, wait_until, worker_env
 from web_support import free_port

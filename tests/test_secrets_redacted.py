@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from senddock.config import hide_password, redact
+from senddock.redaction import hide_password, redact
 from support import senddock, worker_env
 
 SECRET = "S3cr3t-pa55"

@@ -19,6 +19,7 @@ import click
 
 from senddock.cli.common import first_line
 from senddock.errors import SendDockError
+from senddock.redaction import redact
 
 log = logging.getLogger("senddock")
 
@@ -72,9 +73,7 @@ SECRET_URLS = ("SENDDOCK_DATABASE_URL", "SENDDOCK_SMTP_URL")
 
 def _secret(text: str) -> str:
     """`text` with the passwords of the configured URLs (and of any URL in it) hidden."""
-    from senddock import config
-
-    return config.redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
+    return redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
 
 
 class _Redacting(logging.Formatter):

@@ -7,8 +7,9 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from senddock.config import Settings, redact
+from senddock.config import Settings
 from senddock.db.embedded import EmbeddedPostgres
+from senddock.redaction import redact
 
 _embedded: EmbeddedPostgres | None = None
 

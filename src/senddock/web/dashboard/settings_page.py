@@ -13,7 +13,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.config import Settings, SmtpTarget, hide_password
+from senddock.config import Settings, SmtpTarget
+from senddock.redaction import hide_password
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import render
 
