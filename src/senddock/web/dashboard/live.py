@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from senddock.delivery.rescuer import list_workers
 from senddock.errors import NotFound
+from senddock.views import plain
 from senddock.web import auth, imports, queries
 from senddock.web.dashboard.campaign_pages import live_state
 from senddock.web.dashboard.gate import LoggedIn
@@ -180,8 +181,8 @@ async def import_events(request: Request, job_id: int) -> Response:
             job = imports.get_import(conn, job_id)
         if job is None:
             return None
-        finished = job["status"] in IMPORT_DONE
-        return dict(job)
+        finished = job.status in IMPORT_DONE
+        return dict(plain(job))
 
     return stream(request, 0.5, read, "import")
 
