@@ -76,7 +76,7 @@ def ada_everywhere(conn: Conn, db_url: str) -> tuple[int, int, int, int]:
         AGENT,
     )
     subscribers.update(conn, ADA, attributes={"city": CITY}, lists=("offers",))
-    sid = int(subscribers.show(conn, ADA)["id"])
+    sid = subscribers.show(conn, ADA).id
     assert preferences.change(conn, sid, "leave", ensure_list(conn, "offers"), None)
 
     # A second campaign, paused before anything is sent: Ada's job in it waits, pending.

@@ -35,7 +35,7 @@ def signed_up(conn: Conn) -> int:
         conn, signup.PublicList(news, "news", False, signup.DEFAULT_CONSENT), ADA, "Ada", IP, AGENT
     )
     subscribers.update(conn, ADA, lists=("offers",))
-    sid = int(subscribers.show(conn, ADA)["id"])
+    sid = subscribers.show(conn, ADA).id
     assert preferences.change(conn, sid, "leave", ensure_list(conn, "offers"), None)
     return sid
 

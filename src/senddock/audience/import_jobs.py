@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,38 @@ def create(conn: Conn, list_name: str, content: bytes) -> int:
     return job_id
 
 
-def get(conn: Conn, job_id: int) -> dict[str, Any] | None:
-    """The job's row (status, counts, first rejected lines), or None."""
-    return conn.execute(Q["get"], {"id": job_id}).fetchone()
+@dataclass(frozen=True)
+class RejectedLine:
+    """A line of the file not imported, and why."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ImportJobView:
+    """An import's progress as every face shows it: status (queued, running, done, failed),
+    rows read, imported, rejected, the first rejected lines, the error that ended it."""
+
+    id: int
+    list_name: str
+    status: str
+    rows_read: int
+    imported: int
+    rejected: int
+    errors: list[RejectedLine]
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+def get(conn: Conn, job_id: int) -> ImportJobView | None:
+    """The job's progress (status, counts, first rejected lines), or None."""
+    row = conn.execute(Q["get"], {"id": job_id}).fetchone()
+    if row is None:
+        return None
+    errors = [RejectedLine(int(e["line"]), str(e["reason"])) for e in row.pop("errors") or []]
+    return ImportJobView(**row, errors=errors)
 
 
 @dataclass

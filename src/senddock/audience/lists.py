@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -178,18 +180,49 @@ def change(
         raise _opt_in_error(shown or "", sender) from exc
 
 
-def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ListFields:
+    """One list's own fields, as its edit page shows them."""
+
+    id: int
+    name: str
+    description: str
+    double_opt_in: bool
+    from_addr: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ListView:
+    """A list with its options and its members counted by status, as every face shows it.
+    A member whose address is suppressed is counted in `suppressed` only, never as confirmed
+    or unconfirmed (issue 35)."""
+
+    id: int
+    name: str
+    description: str
+    double_opt_in: bool
+    from_addr: str | None
+    public: bool
+    consent_text: str | None
+    confirmed: int
+    unconfirmed: int
+    unsubscribed: int
+    suppressed: int
+
+
+def get_list(conn: psycopg.Connection[dict[str, Any]], list_id: int) -> ListFields:
     """One list's fields; UnknownListId if there is none."""
     row = conn.execute(QUERIES["list_by_id"], {"list": list_id}).fetchone()
     if row is None:
         raise UnknownListId(f"there is no list {list_id}")
-    return row
+    return ListFields(**row)
 
 
-def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
+def all_lists(conn: psycopg.Connection[dict[str, Any]]) -> list[ListView]:
     """Every list with its options and member counts by status; members whose address is
     suppressed are counted apart (`suppressed`), in neither confirmed nor unconfirmed."""
-    return conn.execute(QUERIES["all_lists"]).fetchall()
+    return [ListView(**row) for row in conn.execute(QUERIES["all_lists"])]
 
 
 class ListInUse(Conflict, ValueError):

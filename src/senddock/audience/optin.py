@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.policy
 import email.utils
+from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage
 from typing import Any
@@ -68,9 +69,20 @@ def requests(rows: list[dict[str, Any]], key: bytes, links: LinkSettings) -> lis
     return built
 
 
-def about(conn: Conn, subscriber_id: int, list_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Pending:
+    """What a confirmation link is about, as its page shows it: the address, the list's
+    name, and the membership's status (unconfirmed, confirmed, unsubscribed)."""
+
+    email: str
+    list_name: str
+    status: str
+
+
+def about(conn: Conn, subscriber_id: int, list_id: int) -> Pending | None:
     """The address, list and membership status a confirmation link is about."""
-    return conn.execute(QUERIES["about"], (subscriber_id, list_id)).fetchone()
+    row = conn.execute(QUERIES["about"], (subscriber_id, list_id)).fetchone()
+    return Pending(**row) if row else None
 
 
 def confirm(conn: Conn, subscriber_id: int, list_id: int) -> bool:

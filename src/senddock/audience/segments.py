@@ -117,11 +117,20 @@ def count(conn: Conn, filter_text: str | None, list_ids: Sequence[int] | None = 
     return int(row["n"]) if row else 0
 
 
-def first(conn: Conn, filter_text: str | None, list_ids: Sequence[int]) -> dict[str, Any] | None:
-    """The first (lowest id) of those `count` counts: id, email, name, attributes; None when
-    nobody would receive it."""
+@dataclass(frozen=True)
+class Sample:
+    """A subscriber a preview or a test send renders as: id, address, name, attributes."""
+
+    id: int
+    email: str
+    name: str
+    attributes: dict[str, Any]
+
+
+def first(conn: Conn, filter_text: str | None, list_ids: Sequence[int]) -> Sample | None:
+    """The first (lowest id) of those `count` counts; None when nobody would receive it."""
     where = condition(filter_text)
     statement = pgsql.SQL(QUERIES["audience_first"]).format(audience=where.sql)
     params = {"lists": list(list_ids), **where.params}
-    row: dict[str, Any] | None = conn.execute(statement, params).fetchone()
-    return row
+    row = conn.execute(statement, params).fetchone()
+    return Sample(**row) if row else None

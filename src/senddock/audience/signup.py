@@ -26,8 +26,7 @@ from typing import Any
 import psycopg
 
 from senddock.audience import optin
-from senddock.audience.addresses import normalize
-from senddock.audience.lists import find_list
+from senddock.audience.lists import ListView, find_list
 from senddock.db import sql
 from senddock.errors import Invalid
 from senddock.messages import check_header, sign, verify
@@ -92,14 +91,6 @@ def set_consent_text(conn: Conn, list_id: int, text: str) -> None:
     conn.execute(QUERIES["set_consent_text"], {"text": words or None, "list": list_id})
 
 
-def list_consent(conn: Conn, list_id: int) -> str:
-    """The consent wording a list's form shows now."""
-    row = conn.execute(QUERIES["consent_text"], {"list": list_id}).fetchone()
-    if row is None:
-        raise Invalid(f"there is no list {list_id}", field="list")
-    return consent_wording(str(row["name"]), row["consent_text"])
-
-
 def set_public(conn: Conn, list_id: int, public: bool | None) -> None:
     """Open (True) or close (False) a list's sign-up form; None leaves it."""
     conn.execute(QUERIES["set_public"], {"public": public, "list": list_id})
@@ -116,6 +107,13 @@ def find(conn: Conn, name_or_id: str) -> int:
     if row is None:
         return find_list(conn, name_or_id)  # raises, naming what was asked for
     return int(row["id"])
+
+
+def list_form(key: bytes, public_url: str, lst: ListView) -> str:
+    """A list's copy-paste sign-up form with its own wording, as `lists form` prints it and
+    the Lists page shows it."""
+    wording = consent_wording(lst.name, lst.consent_text)
+    return form_html(public_url, form_token(key, lst.id), lst.name, wording)
 
 
 def form_html(public_url: str, token: str, list_name: str, consent: str) -> str:
@@ -190,8 +188,3 @@ def confirm(conn: Conn, subscriber_id: int, list_id: int) -> bool:
         if done:
             conn.execute(QUERIES["confirm_consent"], {"subscriber": subscriber_id, "list": list_id})
     return done
-
-
-def consents(conn: Conn, address: str) -> list[dict[str, Any]]:
-    """An address's consent rows, newest first."""
-    return conn.execute(QUERIES["consents"], {"email": normalize(address)}).fetchall()

@@ -66,13 +66,6 @@ WITH latest AS (
 )
 UPDATE signup_consents c SET confirmed_at = now() FROM latest WHERE c.id = latest.id;
 
--- name: consents
--- An address's consent rows, newest first (the proof, as `lists consents` would show it).
-SELECT c.requested_at, c.ip, c.user_agent, c.double_opt_in, c.confirmed_at, l.name AS list_name
-FROM signup_consents c JOIN subscribers s ON s.id = c.subscriber_id
-JOIN lists l ON l.id = c.list_id
-WHERE lower(s.email) = lower(%(email)s) ORDER BY c.id DESC;
-
 -- name: public_list_any
 -- A list by id, public or not (`lists form ID` names it; the form works once it is public).
 SELECT id FROM lists WHERE id = %(list)s;
@@ -81,6 +74,3 @@ SELECT id FROM lists WHERE id = %(list)s;
 -- A list's sign-up consent wording (0032); NULL: the default wording.
 UPDATE lists SET consent_text = %(text)s WHERE id = %(list)s;
 
--- name: consent_text
--- A list's name and consent wording, public or not (`lists form`).
-SELECT name, consent_text FROM lists WHERE id = %(list)s;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -132,15 +134,76 @@ def remove(conn: Conn, address: str, list_name: str | None = None) -> str:
         return f"{row['email']} deleted"
 
 
-def show(conn: Conn, address: str, history: int = 20) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Membership:
+    """One list a subscriber is on, and how (confirmed, unconfirmed, unsubscribed)."""
+
+    name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """Why no broadcast sends to an address, and since when."""
+
+    reason: str
+    created_at: datetime
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class MessageLine:
+    """One message a subscriber was sent (or is to be sent): its campaign and job state."""
+
+    campaign_id: int
+    campaign: str
+    status: str
+    failure: str | None
+    sent_at: datetime | None
+    message_id: str
+
+
+@dataclass(frozen=True)
+class SubscriberView:
+    """Everything about one subscriber, as every face shows it: fields, lists, suppression,
+    latest messages."""
+
+    id: int
+    email: str
+    name: str
+    status: str
+    attributes: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime | None
+    lists: list[Membership]
+    suppressed: Suppressed | None
+    messages: list[MessageLine]
+
+    @property
+    def shown_status(self) -> str:
+        """The status every face shows (see `shown_status`)."""
+        return shown_status(self.status, self.suppressed is not None)
+
+
+def shown_status(status: str, suppressed: bool) -> str:
+    """A subscriber's status as it is shown: `suppressed` when no broadcast sends to the
+    address, whatever the row says ("active" was shown, issue 35)."""
+    return "suppressed" if suppressed else status
+
+
+def show(conn: Conn, address: str, history: int = 20) -> SubscriberView:
     """Everything about one subscriber: fields, lists, suppression, latest messages."""
     row = _find(conn, address)
     sup = conn.execute(QUERIES["suppression"], {"email": row["email"]}).fetchone()
-    return {
+    lists = conn.execute(QUERIES["memberships"], {"subscriber": row["id"]}).fetchall()
+    messages = conn.execute(
+        QUERIES["history"], {"subscriber": row["id"], "limit": history}
+    ).fetchall()
+    return SubscriberView(
         **row,
-        "lists": conn.execute(QUERIES["memberships"], {"subscriber": row["id"]}).fetchall(),
-        "suppressed": sup,
-        "messages": conn.execute(
-            QUERIES["history"], {"subscriber": row["id"], "limit": history}
-        ).fetchall(),
-    }
+        lists=[Membership(**m) for m in lists],
+        suppressed=Suppressed(**sup) if sup else None,
+        messages=[MessageLine(**j) for j in messages],
+    )

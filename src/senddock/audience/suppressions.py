@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,9 +59,27 @@ def remove(conn: Conn, address: str) -> bool:
     return gone > 0
 
 
-def rows(conn: Conn, reason: str | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class SuppressionRow:
+    """A suppressed address as every face lists it: why (and, for a bounce, its reason such
+    as userunknown), since when, the broadcast that caused it, the detail ('' when none)."""
+
+    email: str
+    reason: str
+    created_at: datetime
+    source_broadcast_id: int | None
+    detail: str
+    bounce_reason: str | None
+
+    @property
+    def why(self) -> str:
+        """The reason, with the bounce's own reason beside it: `bounce (userunknown)`."""
+        return f"{self.reason} ({self.bounce_reason})" if self.bounce_reason else self.reason
+
+
+def rows(conn: Conn, reason: str | None = None) -> list[SuppressionRow]:
     """Every suppressed address, alphabetically, optionally of one reason."""
-    return conn.execute(QUERIES["list"], {"reason": reason}).fetchall()
+    return [SuppressionRow(**row) for row in conn.execute(QUERIES["list"], {"reason": reason})]
 
 
 def is_suppressed(conn: Conn, address: str) -> bool:
@@ -74,7 +93,7 @@ def export_csv(conn: Conn, out: TextIO, reason: str | None = None) -> int:
     w.writerow(["email", "reason", "created_at", "detail"])
     n = 0
     for r in rows(conn, reason):
-        w.writerow(cells.row([r["email"], r["reason"], r["created_at"].isoformat(), r["detail"]]))
+        w.writerow(cells.row([r.email, r.reason, r.created_at.isoformat(), r.detail]))
         n += 1
     return n
 
@@ -129,8 +148,18 @@ def unsubscribe(conn: Conn, subscriber_id: int, campaign_id: int, detail: str) -
     return True
 
 
-def who(conn: Conn, subscriber_id: int, campaign_id: int) -> dict[str, Any] | None:
-    """The address a link is about, the names of its campaign's lists (`list_names`, [] for
-    a campaign that is gone), and whether the address is suppressed already."""
+@dataclass(frozen=True)
+class LinkSubject:
+    """Who an unsubscribe link is about, as its page shows them: the address, the names of
+    its campaign's lists ([] for a campaign that is gone), whether it is suppressed already."""
+
+    email: str
+    list_names: list[str]
+    suppressed: bool
+
+
+def who(conn: Conn, subscriber_id: int, campaign_id: int) -> LinkSubject | None:
+    """What an unsubscribe link is about; None when the subscriber is gone."""
     params = {"subscriber": subscriber_id, "campaign": campaign_id}
-    return conn.execute(QUERIES["who"], params).fetchone()
+    row = conn.execute(QUERIES["who"], params).fetchone()
+    return LinkSubject(**row) if row else None

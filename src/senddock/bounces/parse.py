@@ -523,15 +523,26 @@ def parse_message(msg: Message) -> Report:
     return report if report.findings or dsn_report is None else dsn_report
 
 
-def records(file: str, report: Report) -> list[dict[str, str | None]]:
+@dataclass(frozen=True)
+class ParsedLine:
+    """One line of `senddock bounces parse`: a file and one recipient it reports on (as
+    found), or, with kind `none`, why it reports on nobody (`diagnostic`)."""
+
+    file: str
+    recipient: str | None
+    kind: str
+    reason: str | None
+    status: str | None
+    reply: str | None
+    diagnostic: str | None
+
+
+def records(file: str, report: Report) -> list[ParsedLine]:
     """`senddock bounces parse`'s lines for one file: one per finding, or one saying none."""
-    keys = ("recipient", "kind", "reason", "status", "reply", "diagnostic")
     if not report.findings:
-        return [
-            {"file": file, **dict.fromkeys(keys), "kind": "none", "diagnostic": report.why_none}
-        ]
+        return [ParsedLine(file, None, "none", None, None, None, report.why_none)]
     return [
-        {"file": file, **{k: getattr(f, k) for k in keys}}  # recipients as found
+        ParsedLine(file, f.recipient, f.kind, f.reason, f.status, f.reply, f.diagnostic)
         for f in report.findings
     ]
 

@@ -21,6 +21,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -263,12 +264,49 @@ def findings(
     kind: str | None,
     limit: int = 100,
     reason: str | None = None,
-) -> tuple[list[dict[str, Any]], int]:
+) -> FindingPage:
     """The newest `limit` findings with their message (`senddock bounces list`), and how many
     more match."""
     params = {"campaign": campaign_id, "kind": kind, "reason": reason, "limit": limit}
     rows = conn.execute(QUERIES["findings"], params).fetchall()
-    matching = int(rows[0].pop("matching")) if rows else 0
-    for row in rows[1:]:
-        row.pop("matching")
-    return rows, matching - len(rows)
+    matching = int(rows[0]["matching"]) if rows else 0
+    items = [FindingRow(**{k: v for k, v in row.items() if k != "matching"}) for row in rows]
+    return FindingPage(items, matching - len(items))
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """One recorded finding as every face lists it: its kind and reason, the recipient and
+    the reply, what it matched (broadcast, subscriber, campaign; None when unmatched), and
+    the returned message or event it came from (`message`) with that message's state."""
+
+    id: int
+    created_at: datetime
+    kind: str
+    reason: str | None
+    recipient: str | None
+    status: str | None
+    reply: str | None
+    diagnostic: str | None
+    broadcast_id: int | None
+    subscriber_id: int | None
+    campaign_id: int | None
+    message: int
+    state: str
+    source: str
+    why: str | None
+
+    @property
+    def about(self) -> str:
+        """Whom it is about: `campaign C subscriber S`, or `unmatched`."""
+        if self.broadcast_id is None:
+            return "unmatched"
+        return f"campaign {self.campaign_id} subscriber {self.subscriber_id}"
+
+
+@dataclass(frozen=True)
+class FindingPage:
+    """The newest findings asked for, and how many more match (`more`)."""
+
+    items: list[FindingRow]
+    more: int

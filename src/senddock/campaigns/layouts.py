@@ -269,8 +269,8 @@ def first_recipient(
     row = segments.first(conn, audience_filter, list_ids) if list_ids else None
     if row is None:
         return None
-    attributes = SampleAttributes(row["attributes"] or {})
-    return Recipient(row["email"], row["name"], attributes, int(row["id"]))
+    attributes = SampleAttributes(row.attributes or {})
+    return Recipient(row.email, row.name, attributes, row.id)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from senddock.audience.export import export_subscribers
 from senddock.campaigns import compose
 from senddock.cli.common import DB, Fail, db, epilog, iso, settings
 from senddock.delivery import oneoff
+from senddock.views import dumps
 from senddock.words import plural
 
 
@@ -123,9 +124,8 @@ def suppressions_list_cmd(reason: str | None) -> None:
     """Every suppressed address with its reason and date."""
     with db() as conn:
         for r in suppressions.rows(conn, reason):
-            when = r["created_at"].strftime("%Y-%m-%d %H:%M")
-            why = f"{r['reason']} ({r['bounce_reason']})" if r["bounce_reason"] else r["reason"]
-            click.echo(f"{r['email']}  {why}  {when}  {r['detail']}".rstrip())
+            when = r.created_at.strftime("%Y-%m-%d %H:%M")
+            click.echo(f"{r.email}  {r.why}  {when}  {r.detail}".rstrip())
 
 
 @suppressions_group.command("add", epilog=epilog(*DB))
@@ -277,24 +277,24 @@ def subscribers_show_cmd(address: str, as_json: bool) -> None:
     with db() as conn:
         found = subscribers_api.show(conn, address)
     if as_json:
-        click.echo(json.dumps(found, default=str))
+        click.echo(dumps(found, default=str))
         return
-    sup = found["suppressed"]
+    sup = found.suppressed
     # Suppressed outranks the stored status: no broadcast sends to them, whatever it says.
-    state = f"suppressed ({sup['reason']})" if sup else found["status"]
-    click.echo(f"{found['email']}  id {found['id']}  {state}  name {found['name']!r}")
-    click.echo(f"  attributes {json.dumps(found['attributes'], ensure_ascii=False)}")
-    for m in found["lists"]:
-        click.echo(f"  list {m['name']!r}: {m['status']}")
+    state = f"{found.shown_status} ({sup.reason})" if sup else found.shown_status
+    click.echo(f"{found.email}  id {found.id}  {state}  name {found.name!r}")
+    click.echo(f"  attributes {json.dumps(found.attributes, ensure_ascii=False)}")
+    for m in found.lists:
+        click.echo(f"  list {m.name!r}: {m.status}")
     if sup:
-        detail = f": {sup['detail']}" if sup["detail"] else ""
+        detail = f": {sup.detail}" if sup.detail else ""
         click.echo(
-            f"  suppressed ({sup['reason']}) since {sup['created_at']:%Y-%m-%d %H:%M}{detail};"
+            f"  suppressed ({sup.reason}) since {sup.created_at:%Y-%m-%d %H:%M}{detail};"
             " no broadcast sends to this address (`suppressions remove` to undo)"
         )
-    for j in found["messages"]:
-        state = j["status"] + (f"/{j['failure']}" if j["failure"] else "")
-        click.echo(f"  campaign {j['campaign_id']} {j['campaign']!r}: {state}  {j['message_id']}")
+    for j in found.messages:
+        state = j.status + (f"/{j.failure}" if j.failure else "")
+        click.echo(f"  campaign {j.campaign_id} {j.campaign!r}: {state}  {j.message_id}")
 
 
 @subscribers.command("consent", epilog=epilog(*DB))
@@ -312,7 +312,7 @@ def subscribers_consent_cmd(address: str, fmt: str) -> None:
     and each change they made to their lists since, oldest first."""
     with db() as conn:
         found = subscribers_api.show(conn, address, history=0)
-        kept = consent.record(conn, int(found["id"]), str(found["email"]))
+        kept = consent.record(conn, found.id, found.email)
     if fmt == "json":
         kept.write_json(sys.stdout)
         return
@@ -370,15 +370,15 @@ def lists_show_cmd() -> None:
     """Every list: options and members by status, its description indented below."""
     with db() as conn:
         for row in lists_api.all_lists(conn):
-            opt = f"  double opt-in, from {row['from_addr']}" if row["double_opt_in"] else ""
-            opt += "  public sign-up" if row["public"] else ""
+            opt = f"  double opt-in, from {row.from_addr}" if row.double_opt_in else ""
+            opt += "  public sign-up" if row.public else ""
             # Members whose address is suppressed are in neither count before (issue 35).
-            held = f", {row['suppressed']} suppressed" if row["suppressed"] else ""
+            held = f", {row.suppressed} suppressed" if row.suppressed else ""
             click.echo(
-                f"{row['name']}: {row['confirmed']} confirmed, {row['unconfirmed']} unconfirmed,"
-                f" {row['unsubscribed']} unsubscribed{held}{opt}"
+                f"{row.name}: {row.confirmed} confirmed, {row.unconfirmed} unconfirmed,"
+                f" {row.unsubscribed} unsubscribed{held}{opt}"
             )
-            for line in (row["description"] or "").splitlines():
+            for line in row.description.splitlines():
                 click.echo(f"  {line}")
 
 
@@ -474,16 +474,15 @@ def lists_form_cmd(name_or_id: str) -> None:
     s = settings()
     with db() as conn:
         list_id = signup.find(conn, name_or_id)
-        row = next(r for r in lists_api.all_lists(conn) if r["id"] == list_id)
-        token = signup.form_token(compose.link_key(conn, s), list_id)
-    if not row["public"]:
+        row = next(r for r in lists_api.all_lists(conn) if r.id == list_id)
+        form = signup.list_form(compose.link_key(conn, s), s.public_url, row)
+    if not row.public:
         click.echo(
-            f"note: list {row['name']!r} is private: the form works once it is public"
-            f" (senddock lists set {row['name']!r} --public)",
+            f"note: list {row.name!r} is private: the form works once it is public"
+            f" (senddock lists set {row.name!r} --public)",
             err=True,
         )
-    wording = signup.consent_wording(row["name"], row["consent_text"])
-    click.echo(signup.form_html(s.public_url, token, row["name"], wording), nl=False)
+    click.echo(form, nl=False)
 
 
 def _request_confirmations(conn: psycopg.Connection[dict[str, Any]], address: str) -> None:
@@ -504,7 +503,7 @@ def subscribers_confirm_cmd(address: str, list_name: str) -> None:
     """Confirm a membership by hand (the person confirmed some other way)."""
     with db() as conn:
         sub = subscribers_api.show(conn, address)
-        done = optin.confirm(conn, int(sub["id"]), audience.find_list(conn, list_name))
+        done = optin.confirm(conn, sub.id, audience.find_list(conn, list_name))
     click.echo(f"{address}: {'confirmed' if done else 'was not waiting for confirmation'}")
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
 
 import click
 import psycopg
@@ -27,6 +24,7 @@ from senddock.config import Settings
 from senddock.db import connect
 from senddock.queue import bounces as effects
 from senddock.queue.counts import bounced_at_send
+from senddock.views import dumps
 from senddock.words import plural
 
 
@@ -50,7 +48,7 @@ def bounces_parse(files: tuple[str, ...]) -> None:
         except OSError as exc:
             raise Fail(f"cannot read {file}: {exc.strerror}") from exc
         for record in records(file, parse(raw)):
-            click.echo(json.dumps(record, ensure_ascii=False))
+            click.echo(dumps(record, ensure_ascii=False))
 
 
 # sysexits.h EX_TEMPFAIL: a mail transport (Postfix's pipe) keeps the message and tries again.
@@ -194,27 +192,22 @@ def bounces_list(
 
     Shows the newest --limit; says how many more there are (on stderr with --json)."""
     with db() as conn:
-        rows, more = findings(conn, campaign, kind, limit, reason)
+        page = findings(conn, campaign, kind, limit, reason)
         bare = kind in (None, "hard") and reason is None
         at_send = bounced_at_send(conn, campaign) if bare else {}
-    for r in rows:
+    for r in page.items:
         if as_json:
-            click.echo(json.dumps({k: _jsonable(v) for k, v in r.items()}, ensure_ascii=False))
+            click.echo(dumps(r, ensure_ascii=False))
             continue
-        about = (
-            f"campaign {r['campaign_id']} subscriber {r['subscriber_id']}"
-            if r["broadcast_id"] is not None
-            else "unmatched"
-        )
         click.echo(
-            f"{r['created_at']:%Y-%m-%d %H:%M} {r['kind']:<9} {r['reason'] or '-':<15} "
-            f"{r['recipient'] or '-'} "
-            f"{r['status'] or '-'} {about} (message {r['message']}: {r['state']}, {r['source']})"
+            f"{r.created_at:%Y-%m-%d %H:%M} {r.kind:<9} {r.reason or '-':<15} "
+            f"{r.recipient or '-'} "
+            f"{r.status or '-'} {r.about} (message {r.message}: {r.state}, {r.source})"
         )
-    if not as_json and not rows:
+    if not as_json and not page.items:
         click.echo("no later reports" if at_send else "no findings")
-    if more:
-        click.echo(f"{more} more (see --limit)", err=as_json)
+    if page.more:
+        click.echo(f"{page.more} more (see --limit)", err=as_json)
     # Refusals at RCPT are bounces too, kept with their jobs, not as findings: say where.
     for cid, n in at_send.items():
         click.echo(
@@ -222,7 +215,3 @@ def bounces_list(
             f" senddock campaign recipients {cid} --status bounced",
             err=as_json,
         )
-
-
-def _jsonable(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value

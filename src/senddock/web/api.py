@@ -81,13 +81,7 @@ def _subscriber(conn: Conn, subscriber_id: int) -> s.Subscriber:
     if address is None:
         raise NotFound(f"no subscriber with id {subscriber_id}")
     found = subscribers_api.show(conn, address)
-    return s.Subscriber(**{**found, "status": _shown(found["status"], found["suppressed"])})
-
-
-def _shown(status: str, suppressed: object) -> str:
-    """A subscriber's status as the API shows it: `suppressed` when no broadcast sends to the
-    address, whatever the row says ("active" was shown, issue 35); `suppressed` has why."""
-    return "suppressed" if suppressed else status
+    return s.Subscriber(**{**plain(found), "status": found.shown_status})
 
 
 # -- subscribers ----------------------------------------------------------------------------
@@ -120,7 +114,10 @@ def list_subscribers(
     )
     total = queries.subscriber_total(conn, pattern, list_name, filter_text)
     items = [
-        s.SubscriberSummary(**{**r, "status": _shown(r["status"], r["suppressed"])}) for r in rows
+        s.SubscriberSummary(
+            **{**r, "status": subscribers_api.shown_status(r["status"], bool(r["suppressed"]))}
+        )
+        for r in rows
     ]
     return s.SubscriberPage(page=page, per_page=per_page, total=total, items=items)
 
@@ -243,11 +240,15 @@ def erase_subscriber(
 # -- lists ----------------------------------------------------------------------------------
 
 
-def _list(conn: Conn, list_id: int) -> s.ListInfo:
+def _view(conn: Conn, list_id: int) -> lists_api.ListView:
     for row in lists_api.all_lists(conn):
-        if row["id"] == list_id:
-            return s.ListInfo(**row)
+        if row.id == list_id:
+            return row
     raise NotFound(f"no list with id {list_id}")
+
+
+def _list(conn: Conn, list_id: int) -> s.ListInfo:
+    return s.ListInfo(**plain(_view(conn, list_id)))
 
 
 ListId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
@@ -256,7 +257,7 @@ ListId = Annotated[int, PathParam(ge=1, le=s.BIGINT)]
 @router.get("/lists", tags=["lists"], response_model=list[s.ListInfo])
 def get_lists(conn: Db) -> list[s.ListInfo]:
     """Every list with its options and members by status."""
-    return [s.ListInfo(**r) for r in lists_api.all_lists(conn)]
+    return [s.ListInfo(**plain(r)) for r in lists_api.all_lists(conn)]
 
 
 @router.post("/lists", tags=["lists"], response_model=s.ListInfo, status_code=201)
@@ -306,10 +307,9 @@ def delete_list(conn: Db, list_id: ListId) -> s.Removed:
 @router.get("/lists/{list_id}/form", tags=["lists"], response_model=s.SignupForm)
 def get_signup_form(request: Request, conn: Db, list_id: ListId) -> s.SignupForm:
     """The list's HTML sign-up form (it works while the list is public)."""
-    info = _list(conn, list_id)
-    token = signup.form_token(request.app.state.link_key, list_id)
-    url = request.app.state.settings.public_url
-    html = signup.form_html(url, token, info.name, signup.list_consent(conn, list_id))
+    info = _view(conn, list_id)
+    key, url = request.app.state.link_key, request.app.state.settings.public_url
+    token, html = signup.form_token(key, list_id), signup.list_form(key, url, info)
     return s.SignupForm(list_id=list_id, public=info.public, token=token, html=html)
 
 
@@ -339,7 +339,7 @@ def _import(conn: Conn, job_id: int) -> s.ImportJob:
     row = imports.get_import(conn, job_id)
     if row is None:
         raise NotFound(f"no import with id {job_id}")
-    return s.ImportJob(**row)
+    return s.ImportJob(**plain(row))
 
 
 @router.get("/imports/{import_id}", tags=["lists"], response_model=s.ImportJob)
@@ -600,8 +600,7 @@ def list_bounces(
 ) -> s.BounceList:
     """The newest bounce and complaint findings, with their kind and reason (userunknown,
     mailboxfull, blocked, feedback, …), as `senddock bounces list` shows them."""
-    rows, more = bounce_store.findings(conn, campaign_id, kind, limit, reason)
-    return s.BounceList(items=[s.BounceFinding(**r) for r in rows], more=more)
+    return s.BounceList(**plain(bounce_store.findings(conn, campaign_id, kind, limit, reason)))
 
 
 # -- suppressions, workers ------------------------------------------------------------------
@@ -612,7 +611,7 @@ def list_suppressions(
     conn: Db, reason: Annotated[s.Reason | None, Query()] = None
 ) -> list[s.Suppression]:
     """Every suppressed address, alphabetically."""
-    return [s.Suppression(**r) for r in suppressions.rows(conn, reason)]
+    return [s.Suppression(**plain(r)) for r in suppressions.rows(conn, reason)]
 
 
 @router.post(

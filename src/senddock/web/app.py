@@ -101,7 +101,7 @@ class Pages:
             return None
         return ids[0], ids[1]
 
-    def _who(self, subscriber: int, campaign: int) -> dict[str, Any] | None:
+    def _who(self, subscriber: int, campaign: int) -> suppressions.LinkSubject | None:
         with self.pool.connection() as conn:
             return suppressions.who(conn, subscriber, campaign)
 
@@ -129,10 +129,10 @@ class Pages:
         found = await run_in_threadpool(self._who, *ids)
         if found is None:
             return page("Unsubscribed", "<p>This address is no longer on our lists.</p>")
-        address = html.escape(str(found["email"]))
-        if found["suppressed"]:
+        address = html.escape(found.email)
+        if found.suppressed:
             return page("Unsubscribed", f"<p><b>{address}</b> gets no more messages from us.</p>")
-        names = [f"<b>{html.escape(name)}</b>" for name in found["list_names"]]
+        names = [f"<b>{html.escape(name)}</b>" for name in found.list_names]
         listed = f" from {_and(names)}" if names else ""
         final = (
             "" if self.settings.one_click == "lists" else " You will get no more messages from us."
@@ -153,7 +153,7 @@ class Pages:
         await run_in_threadpool(self._unsubscribe, ids[0], ids[1], detail)
         return page("Unsubscribed", self._done() + self._choose(*ids))
 
-    def _about(self, subscriber: int, list_id: int) -> dict[str, Any] | None:
+    def _about(self, subscriber: int, list_id: int) -> optin.Pending | None:
         with self.pool.connection() as conn:
             return optin.about(conn, subscriber, list_id)
 
@@ -166,11 +166,11 @@ class Pages:
         if ids is None:
             return page("Link not valid", INVALID, 400)
         found = await run_in_threadpool(self._about, *ids)
-        if found is None or found["status"] == "unsubscribed":
+        if found is None or found.status == "unsubscribed":
             return page("Not subscribed", "<p>This subscription no longer exists.</p>")
-        address = html.escape(str(found["email"]))
-        listed = html.escape(str(found["list_name"]))
-        if found["status"] == "confirmed":
+        address = html.escape(found.email)
+        listed = html.escape(found.list_name)
+        if found.status == "confirmed":
             return page("Confirmed", f"<p><b>{address}</b> is subscribed to <b>{listed}</b>.</p>")
         return page(
             "Confirm your subscription",
@@ -184,7 +184,7 @@ class Pages:
             return page("Link not valid", INVALID, 400)
         await run_in_threadpool(self._confirm, *ids)
         found = await run_in_threadpool(self._about, *ids)
-        if found is None or found["status"] != "confirmed":
+        if found is None or found.status != "confirmed":
             return page("Not subscribed", "<p>This subscription no longer exists.</p>")
         return page("Confirmed", "<p>Thank you: your subscription is confirmed.</p>")
 

@@ -18,8 +18,8 @@ from senddock.audience import import_jobs
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-def get_import(conn: Conn, job_id: int) -> dict[str, Any] | None:
-    """The job's row (status, counts, first rejected lines), or None."""
+def get_import(conn: Conn, job_id: int) -> import_jobs.ImportJobView | None:
+    """The job's progress (status, counts, first rejected lines), or None."""
     return import_jobs.get(conn, job_id)
 
 

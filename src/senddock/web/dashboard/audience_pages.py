@@ -65,21 +65,19 @@ def subscriber_list(
     )
 
 
-def lists_with_forms(request: Request) -> list[dict[str, Any]]:
-    """Every list, a public one with its copy-paste sign-up form (audience/signup.py)."""
+def lists_with_forms(request: Request) -> dict[str, Any]:
+    """Every list (`lists`), and the copy-paste sign-up form of each public one by id
+    (`forms`, audience/signup.py): what lists.html shows."""
     with db(request) as conn:
         rows = all_lists(conn)
     key, url = request.app.state.link_key, request.app.state.settings.public_url
-    for row in rows:
-        token = signup.form_token(key, row["id"])
-        wording = signup.consent_wording(row["name"], row["consent_text"])
-        row["form"] = signup.form_html(url, token, row["name"], wording) if row["public"] else ""
-    return rows
+    forms = {row.id: signup.list_form(key, url, row) for row in rows if row.public}
+    return {"lists": rows, "forms": forms}
 
 
 @router.get("/lists")
 def list_page(request: Request) -> Response:
-    return render(request, "lists.html", title="Lists", lists=lists_with_forms(request), error="")
+    return render(request, "lists.html", title="Lists", **lists_with_forms(request), error="")
 
 
 def _save(upload: UploadFile) -> Path:
@@ -102,8 +100,8 @@ async def start_import(
     elif file is None or not file.filename:
         error = "Choose a CSV file to import."
     if error or file is None:
-        lists = await run_in_threadpool(lists_with_forms, request)
-        return render(request, "lists.html", 422, title="Lists", lists=lists, error=error)
+        shown = await run_in_threadpool(lists_with_forms, request)
+        return render(request, "lists.html", 422, title="Lists", **shown, error=error)
     path = await run_in_threadpool(_save, file)
     job = await run_in_threadpool(imports.start_import, request.app.state, name, path)
     return redirect(f"/imports/{job}")
@@ -115,7 +113,7 @@ def import_page(request: Request, job_id: int) -> Response:
         job = imports.get_import(conn, job_id)
     if job is None:
         return not_found(request, f"There is no import {job_id}.")
-    return render(request, "import.html", title=f"Import into {job['list_name']}", job=job)
+    return render(request, "import.html", title=f"Import into {job.list_name}", job=job)
 
 
 @router.get("/suppressions")

@@ -54,7 +54,7 @@ def create_list(request: Request, form: Posted) -> Response:
                 "lists.html",
                 exc.status,
                 title="Lists",
-                lists=lists_with_forms(request),
+                **lists_with_forms(request),
                 error="",
                 new=form,
                 new_error=exc.message,
@@ -68,11 +68,11 @@ def list_page(request: Request, list_id: int) -> Response:
     with db(request) as conn:
         found = lists.get_list(conn, list_id)  # UnknownListId: the error page, 404
     form = ListForm(
-        name=found["name"],
-        description=found["description"],
-        double_opt_in="on" if found["double_opt_in"] else "",
+        name=found.name,
+        description=found.description,
+        double_opt_in="on" if found.double_opt_in else "",
     )
-    return render(request, "list.html", title=found["name"], l=found, form=form, error="")
+    return render(request, "list.html", title=found.name, l=found, form=form, error="")
 
 
 @router.post("/lists/{list_id:int}")
@@ -93,7 +93,7 @@ def edit_list(request: Request, list_id: int, form: Posted) -> Response:
                 request,
                 "list.html",
                 exc.status,
-                title=found["name"],
+                title=found.name,
                 l=found,
                 form=form,
                 error=exc.message,

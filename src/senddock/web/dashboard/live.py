@@ -181,8 +181,8 @@ async def import_events(request: Request, job_id: int) -> Response:
             job = imports.get_import(conn, job_id)
         if job is None:
             return None
-        finished = job["status"] in IMPORT_DONE
-        return dict(job)
+        finished = job.status in IMPORT_DONE
+        return dict(plain(job))
 
     return stream(request, 0.5, read, "import")
 

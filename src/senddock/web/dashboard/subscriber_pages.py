@@ -129,7 +129,7 @@ def _page(
             conn, subscriber_id, found["email"], bounced.limit, bounced.offset
         )
         on = {m["name"] for m in memberships}
-        others = [entry for entry in all_lists(conn) if entry["name"] not in on]
+        others = [entry for entry in all_lists(conn) if entry.name not in on]
     shown = form or {
         "name": found["name"],
         "attributes": json.dumps(found["attributes"], ensure_ascii=False, indent=2),
