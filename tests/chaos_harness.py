@@ -137,6 +137,8 @@ class Result:
     # catcher had accepted.
     unconfirmed: int = 0
     unconfirmed_accepted: int = 0
+    # Of those, how many had their final dot reach the server (accepted or not).
+    unconfirmed_dotted: int = 0
 
     @property
     def precision(self) -> float | None:
@@ -694,6 +696,9 @@ class World:
         with contextlib.suppress(Exception):
             unconfirmed = set(self.jobs("status = 'unconfirmed'"))
         accepted = {e for e in unconfirmed if e in proof.copies}
+        # Their final dot reached the server (read off the wire), accepted or not: the catcher
+        # drops a message whose client hung up before it was read; a relay would keep it.
+        dotted = {e for e in unconfirmed if self.catcher.dots_arrived[e] > 0}
         undelivered = [e for e in proof.undelivered if e not in unconfirmed]
         if unconfirmed:
             # Of those the server had not accepted, the ones whose RCPT it never saw: their
@@ -701,7 +706,8 @@ class World:
             unseen = sum(1 for e in unconfirmed - accepted if not self.rcpt_times.get(e))
             self.note(
                 f"{len(unconfirmed)} unconfirmed (shown; {len(accepted)} of them the server had"
-                f" accepted, {unseen} never reached RCPT), left for a person to resend or confirm"
+                f" accepted, {len(dotted)} had their final dot reach it, {unseen} never reached"
+                " RCPT), left for a person to resend or confirm"
             )
         strangers = proof.strangers(also=self.also_expected)
         self.check(not strangers, f"the server got mail for unexpected recipients: {strangers[:5]}")
@@ -736,6 +742,7 @@ class World:
             logs=self.dir,
             unconfirmed=len(unconfirmed),
             unconfirmed_accepted=len(accepted),
+            unconfirmed_dotted=len(dotted),
         )
 
     def _check_duplicates(self, proof: Proof) -> None:
