@@ -220,39 +220,6 @@ async def test_marks_ride_with_a_group_and_never_fill_it(conn: Conn, db_url: str
     assert all(rows[j.email]["dot_at"] is not None for j in jobs[3:])
 
 
-async def test_a_held_sent_outcome_waits_for_its_next_mark_and_carries_it(
-    conn: Conn, db_url: str
-) -> None:
-    """Issue 41: a final dot is marked only once its message is staged up to it, so its
-    session's sent outcome before it is held for that mark (at most the linger): groups that
-    others' needs commit meanwhile leave it out, and the mark still rides on its row (0025),
-    not written on the next job's own row."""
-    emails = [f"h{i}@example.com" for i in range(3)]
-    _, bid = send_campaign(conn, "news", emails)
-    assert wait_until(lambda: len(_rows(conn, bid)) == 3, 10)
-    a, b, c = await _claimed(db_url, 11, 3)
-    recorder = Recorder(Link(db_url, lambda: False), lambda: 11, full=5, linger=30.0)
-    task = asyncio.create_task(recorder.run())
-    try:
-        held = recorder.submit(Outcome(a, SENT, OK), hold=True)
-        other = recorder.submit(Outcome(c, SENT, OK))  # another sender's, needed at once
-        recorder.need(other)
-        assert await asyncio.wait_for(other, 10)
-        await asyncio.sleep(0.2)
-        assert recorder.groups == 1 and not held.done()
-        marked = recorder.mark(queue.Dot(b, "relay-b", a.id))  # b staged up to its dot
-        recorder.need(marked)
-        await asyncio.wait_for(asyncio.gather(held, marked), 10)
-        assert held.result() and marked.result()
-        assert recorder.groups == 2
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    rows = {int(r["id"]): r for r in _rows(conn, bid).values()}
-    assert rows[a.id]["status"] == "sent" and rows[a.id]["next_dot"] == b.id
-    assert rows[b.id]["dot_at"] is None  # carried: its own row not written for it
-
-
 def _rows(conn: Conn, bid: int) -> dict[str, dict[str, Any]]:
     rows = conn.execute("SELECT * FROM broadcast_jobs WHERE broadcast_id = %s", (bid,)).fetchall()
     return {str(r["email"]): r for r in rows}

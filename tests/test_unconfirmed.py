@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -92,44 +90,6 @@ def test_worker_killed_mid_broadcast_sends_nobody_twice(
     assert all(got[e.lower()] >= 1 for e in emails)  # nobody dropped
     # Only the unconfirmed ones the relay had accepted got a second copy (the person's choice).
     assert set(catcher.duplicates()) == {e.lower() for e in accepted}
-
-
-def test_a_worker_killed_before_a_final_dot_leaves_nothing_unconfirmed(
-    conn: Conn, db_url: str, catcher: Catcher, fleet: Fleet
-) -> None:
-    """Issue 41: a job is marked as about to be accepted only once its message is staged up to
-    its final dot, so a SIGKILL while the relay has not even answered its RCPT leaves it a
-    suspect, sent again once, never `unconfirmed` (a false alarm: a person would have to
-    choose between a duplicate and a drop). (Fails before issue 41: its mark rode with the
-    previous outcome's commit, before its envelope went, and it was left unconfirmed.)"""
-    emails = [f"reader{i}@example.com" for i in range(6)]
-    slow = emails[3]
-    reached, answer = threading.Event(), threading.Event()
-
-    def hold_rcpt(address: str) -> Fault | None:
-        # The catcher's loop stops at this RCPT (its first) until the worker is dead.
-        if address.lower() == slow and not reached.is_set():
-            reached.set()
-            answer.wait(60)
-        return None
-
-    catcher.fault_for = hold_rcpt
-    fleet.concurrency = 1  # one session: the job before the slow one was surely sent
-    _, bid = send_campaign(conn, "news", emails)
-    env = worker_env(db_url, catcher.url, **LIVENESS)
-    try:
-        proc = fleet.start(env, "killed-at-rcpt")
-        assert reached.wait(60), "the slow recipient's RCPT never came"
-        time.sleep(0.5)  # ten times the recorder's linger: whatever it had queued commits
-        proc.kill()
-    finally:
-        answer.set()
-    fleet.start(env, "finisher")
-    assert wait_until(lambda: _by_status(conn, bid) == {"sent": len(emails)}, 60), _by_status(
-        conn, bid
-    )
-    assert catcher.count_by_rcpt() == {e: 1 for e in emails}
-    assert jobs(conn, bid)[slow]["deaths"] == 1  # rescued as a suspect, its attempt given back
 
 
 def _lose_reply(address: str) -> Fault | None:

@@ -9,14 +9,6 @@ A sender also marks the job whose final dot goes next (`mark`, issue 23): the ma
 group that is gathering, usually the one of that sender's previous outcome (one more row in
 the same statement and commit), and the dot waits for it, so a rescue knows which job may
 have been accepted.
-
-A mark is queued only when its message is staged up to the dot (DATA accepted), so that
-nothing but the dot follows its commit: a SIGKILL between the two leaves a job `unconfirmed`
-whose dot never went, a false alarm for a person (issue 41). To keep the mark riding with its
-session's previous outcome all the same, a sender may `hold` a `sent` outcome whose next dot
-is coming: it waits outside the groups until that dot's mark takes it along (`mark`), its
-sender needs it, or `linger` passes. It holds no more than invariant 3 allows: the dot that
-follows waits for it as before.
 """
 
 from __future__ import annotations
@@ -63,8 +55,6 @@ class Recorder:
         self.full = full
         self.linger = linger
         self._waiting: list[Waiting] = []
-        # Held sent outcomes (`submit(hold=True)`), by job id, with the timer that lets them go.
-        self._held: dict[int, tuple[Waiting, asyncio.TimerHandle]] = {}
         self._outcomes = 0  # how many of those are outcomes (`full` counts them)
         self._kick = asyncio.Event()  # commit now
         self._arrived = asyncio.Event()  # something waits to be committed
@@ -74,38 +64,17 @@ class Recorder:
         # outlasts): the recorder has stopped, and every outcome handed over since fails with it.
         self.failed: Exception | None = None
 
-    def submit(self, outcome: Outcome, *, hold: bool = False) -> asyncio.Future[bool]:
-        """Queue an outcome; the future says whether it was written (False: claim lost).
-
-        `hold`: the mark of its session's next final dot is coming (`mark`, with `after` this
-        outcome's job): the outcome waits for it, out of any group, for at most `linger`."""
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        if hold and self.failed is None:
-            timer = asyncio.get_running_loop().call_later(self.linger, self.release, outcome.job.id)
-            self._held[outcome.job.id] = ((outcome, done), timer)
-            return done
-        return self._queue(outcome, done, counts=True)
+    def submit(self, outcome: Outcome) -> asyncio.Future[bool]:
+        """Queue an outcome; the future says whether it was written (False: claim lost)."""
+        return self._queue(outcome, counts=True)
 
     def mark(self, dot: Dot) -> asyncio.Future[bool]:
         """Queue the mark of a final dot about to go; the future says whether it was written
-        (False: claim lost, the dot must not go). It does not fill a group: it rides with one,
-        and takes along the outcome its session held for it (`dot.after`)."""
-        if dot.after is not None:
-            self.release(dot.after)
+        (False: claim lost, the dot must not go). It does not fill a group: it rides with one."""
+        return self._queue(dot, counts=False)
+
+    def _queue(self, item: Outcome | Dot, counts: bool) -> asyncio.Future[bool]:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        return self._queue(dot, done, counts=False)
-
-    def release(self, job_id: int | None) -> None:
-        """The held outcome of this job, if any, joins the gathering group now."""
-        held = self._held.pop(job_id, None) if job_id is not None else None
-        if held is not None:
-            (outcome, done), timer = held
-            timer.cancel()
-            self._queue(outcome, done, counts=True)
-
-    def _queue(
-        self, item: Outcome | Dot, done: asyncio.Future[bool], counts: bool
-    ) -> asyncio.Future[bool]:
         if self.failed is not None:
             done.set_exception(self.failed)
             return done
@@ -119,13 +88,8 @@ class Recorder:
                 self._kick.set()
         return done
 
-    def need(self, outcome: asyncio.Future[bool] | None = None) -> None:
-        """A sender waits for an outcome it submitted (held, it is let go): commit what is
-        waiting now."""
-        if outcome is not None and self._held:
-            for job_id, ((_, done), _timer) in list(self._held.items()):
-                if done is outcome:
-                    self.release(job_id)
+    def need(self) -> None:
+        """A sender waits for an outcome it submitted: commit what is waiting now."""
         if self._waiting:
             self._kick.set()
 
@@ -161,13 +125,10 @@ class Recorder:
                 self.failed = exc
             else:  # cancelled (the worker is stopping) or exiting
                 self.failed = RuntimeError("recorder stopped")
-            held = [waiting for waiting, _ in self._held.values()]
-            for _, timer in self._held.values():
-                timer.cancel()
-            for _, done in group + self._waiting + held:
+            for _, done in group + self._waiting:
                 if not done.done():
                     done.set_exception(self.failed)
-            self._waiting, self._outcomes, self._held = [], 0, {}
+            self._waiting, self._outcomes = [], 0
             raise
         self.groups += 1
         self.written += len(outcomes)

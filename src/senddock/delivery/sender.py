@@ -7,10 +7,7 @@ and for each job renders and sends outside any transaction, then hands the outco
 process's recorder (delivery/recorder.py), which commits the outcomes of all senders in groups.
 A sender goes on with its next message at once, but that message's final dot waits until the
 previous outcome is committed, so a sender (and so each session) never has two accepted,
-unrecorded messages (invariant 3). That dot is marked (issue 23) only once its envelope is
-accepted, and a sent previous outcome waits for the mark to share its commit: only the dot
-follows that commit, so a SIGKILL leaves unconfirmed only a job whose dot may have gone, or
-was about to (issue 41). To a relay
+unrecorded messages (invariant 3); its envelope's round trips overlap that commit. To a relay
 that takes a millisecond or more to answer a final dot, the next job's envelope goes out with
 that dot when the job will surely follow on the same session (same broadcast and server, and
 a rate-limit permit in hand for it): one round trip a message instead of two (smtp/session.py);
@@ -116,7 +113,7 @@ class Sender:
         self.previous: asyncio.Future[bool] | None = None
         # Its job: a `sent` outcome carries the mark of the next final dot (queue.Dot.after).
         self.previous_job: int | None = None
-        # The next job as the last final dot staged it (`_ahead`).
+        # The next job as the last final dot staged it (`_ahead`, `_prepare_next`).
         self.staged: Staged | None = None
 
     async def run(self) -> None:
@@ -157,17 +154,9 @@ class Sender:
             previous, self.previous = self.previous, None
             await self._written(previous)
 
-    async def _dot_may_go(self, staged: Staged) -> None:
-        """Before a final dot, its message staged up to it (DATA accepted; the body goes with
-        the dot, or before it if large): the mark of this dot (issue 23) queued now, with the
-        outcome held for it (`_record`), and both written, the previous outcome first
-        (invariant 3); DotRefused if the mark found the claim lost.
-
-        Marked here, not earlier: only the dot follows the mark's commit, so a SIGKILL leaves
-        `unconfirmed` a job whose dot had gone, or the moment before (issue 41)."""
-        job, relay = staged.job, staged.target.name
-        marked = self.recorder.mark(queue.Dot(job, relay, self.previous_job))
-        marked.add_done_callback(_retrieved)
+    async def _dot_may_go(self, marked: asyncio.Future[bool]) -> None:
+        """Before a final dot: the previous outcome written (invariant 3) and this dot's mark
+        (issue 23); DotRefused if the mark found the claim lost."""
         await self._settle()
         if not await self._written(marked):
             raise DotRefused("the claim was lost before the final dot")
@@ -175,7 +164,7 @@ class Sender:
     async def _written(self, outcome: asyncio.Future[bool]) -> bool:
         """Once the recorder has answered for an outcome: was it written (False: claim lost)?"""
         if not outcome.done():
-            self.recorder.need(outcome)
+            self.recorder.need()
             await asyncio.wait([outcome])
         if outcome.cancelled() or outcome.exception() is not None:
             raise OutcomeNotWritten("the recorder could not write an outcome")
@@ -288,7 +277,7 @@ class Sender:
 
     def _stage(self, job: Job, message: CompiledMessage) -> Staged | Reply:
         """`job`'s message rendered, its server picked: as the last final dot staged it
-        (`_ahead`), if that was this job; or the Reply that fails it.
+        (`_ahead`, `_prepare_next`), if that was this job; or the Reply that fails it.
 
         A job staged for and not coming (it went back) gives its permit back."""
         staged = self.staged
@@ -323,7 +312,14 @@ class Sender:
         then = None
         if following is not None and following.broadcast_id == job.broadcast_id:
             then = functools.partial(self._ahead, target, following, envelope)
-        before_dot = functools.partial(self._dot_may_go, staged)
+        # Issue 23: this job's dot goes next on this sender; the mark rides with the previous
+        # outcome's commit when it can, and the dot waits for both. Queued with that outcome
+        # already if this envelope went with its dot, or it was rendered then (`_record`).
+        marked = staged.take_mark() or self.recorder.mark(
+            queue.Dot(job, target.name, self.previous_job)
+        )
+        marked.add_done_callback(_retrieved)
+        before_dot = functools.partial(self._dot_may_go, marked)
         assert staged.data is not None  # `_stage` rendered it
         try:
             return await session.send(
@@ -377,6 +373,33 @@ class Sender:
             permit = UNMETERED if limiter is None else limiter.take_now()
         self.staged = Staged(job, picked, permit)
         return None if permit is None else (envelope(job.subscriber_id), job.email)
+
+    def _prepare_next(self, job: Job) -> Staged | None:
+        """After a sent message whose final dot carried no envelope: `job`, next on this
+        sender, rendered now, with its server picked and its permit taken, if one is free at
+        once (as `_ahead` does); None if it may not start now or cannot be rendered here.
+
+        Rendered before its mark is queued, as `_deliver` renders before it marks: a job that
+        kills its worker while being rendered dies unmarked, a suspect (invariant 3), never
+        unconfirmed."""
+        compiled = self.messages.compiled.get(job.broadcast_id)
+        if (
+            compiled is None
+            or self.control.stopping.is_set()
+            or not self.lease.fresh()
+            or job.broadcast_id in self.control.stopped
+        ):
+            return None
+        data = _prepare(job, compiled[0])
+        if isinstance(data, Reply):
+            return None  # `_deliver` renders it again and records why it failed
+        picked = self.relays.servers.pick()
+        limiter = self.relays.limiters.get(picked.name)
+        permit = UNMETERED if limiter is None else limiter.take_now()
+        if permit is None:
+            return None
+        self.staged = Staged(job, picked, permit, data=data)
+        return self.staged
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
         limiter = self.relays.limiters.get(target.name)
@@ -455,15 +478,21 @@ class Sender:
         t = transition(
             verdict, job.attempts, job.sender_faults, st.backoff, st.job_sender_fault_limit
         )
-        # One outcome of this sender goes into the groups at a time, in order: the one held
-        # before it (the dot it was held for never came) goes first.
-        self.recorder.release(self.previous_job)
-        # A sent outcome whose next dot follows on this sender waits for that dot's mark, to
-        # carry it in one group (0025): the mark is queued only at that dot (`_dot_may_go`).
-        hold = t.status == "sent" and following is not None
-        written = self.previous = self.recorder.submit(Outcome(job, t, reply), hold=hold)
+        written = self.previous = self.recorder.submit(Outcome(job, t, reply))
         self.previous_job = job.id
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
+        ahead = self.staged
+        if ahead is None and t.status == "sent" and following is not None:
+            # Its row carries the mark of the next dot (0025) if that mark is in its group:
+            # mark the next job now, with this outcome, rather than after its envelope, when
+            # this outcome's group has mostly gone (on a near relay the envelope is quicker
+            # than a commit, so its dot rarely waits longer for it).
+            ahead = self._prepare_next(following)
+        if ahead is not None and ahead.permit is not None and verdict is not Verdict.TRANSIENT:
+            # The next job's envelope went with this dot, its permit in hand: its own final dot
+            # is the next on this session. Its mark joins this outcome's group now (one commit
+            # for both, as before issue 23), rather than a group of its own after it.
+            ahead.marked = self.recorder.mark(queue.Dot(ahead.job, ahead.target.name, job.id))
         if verdict is Verdict.SENDER_FAULT:
             if await self._written(written):
                 await self._sender_fault(job.broadcast_id, reply)

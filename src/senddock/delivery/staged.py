@@ -2,16 +2,17 @@
 
 A sender sends one message at a time (delivery/sender.py), and stages each before it goes:
 its bytes rendered, a server picked by weight (delivery/servers.py), that server's rate-limit
-permit taken (delivery/ratelimit.py), its envelope sent and DATA accepted; only then is its
-final dot marked (issue 23, `Sender._dot_may_go`), so that nothing but the dot follows the
-mark's commit (issue 41). Most of that happens as the message is sent; the pick and permit
-may happen one message earlier, at the previous final dot, when the next envelope goes with
-that dot (`Sender._ahead`, a far relay). This object carries what was staged from there to
-the send, so that nothing is staged twice and nothing staged is lost.
+permit taken (delivery/ratelimit.py), and the mark of its final dot queued with the recorder
+(issue 23, delivery/recorder.py). Most of that happens as the message is sent; some of it may
+happen one message earlier, at the previous final dot: the next envelope goes with that dot
+(`Sender._ahead`, a far relay), or the next message is rendered and marked with the previous
+outcome (`Sender._prepare_next`, a near one). This object carries what was staged from there
+to the send, so that nothing is staged twice and nothing staged is lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from senddock.config import SmtpTarget
@@ -30,6 +31,10 @@ class Staged:
     permit: Permit | None = None
     # Its bytes, once rendered (None: not yet).
     data: bytes | None = None
+    # The mark of its final dot (issue 23), once queued; queued early with the outcome of the
+    # message before it when its envelope went with that message's dot (`Sender._record`):
+    # then both ride in one group.
+    marked: asyncio.Future[bool] | None = None
 
     @property
     def job_id(self) -> int:
@@ -40,3 +45,8 @@ class Staged:
         (the one in hand was given back as the session failed to open)."""
         self.target = target
         self.permit = None
+
+    def take_mark(self) -> asyncio.Future[bool] | None:
+        """The mark queued for its dot ahead of time, if any; the dot about to go spends it."""
+        marked, self.marked = self.marked, None
+        return marked
