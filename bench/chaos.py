@@ -34,7 +34,8 @@ def table(results: list[Result], small: bool) -> Table:
         t.add_column(col, justify="right")
     t.add_column("delivered exactly once", justify="right")
     t.add_column("duplicates (allowed)", justify="right")
-    for col in ("unconfirmed", "unconfirmed accepted", "undelivered", "seconds to finish"):
+    cols = ("unconfirmed", "unconfirmed accepted", "share accepted", "undelivered")
+    for col in (*cols, "seconds to finish"):
         t.add_column(col, justify="right")
     t.add_column("result")
     for r in results:
@@ -47,6 +48,7 @@ def table(results: list[Result], small: bool) -> Table:
             f"{r.duplicates} ({allowed})",
             f"{r.unconfirmed}",
             f"{r.unconfirmed_accepted}",
+            "–" if r.precision is None else f"{r.precision:.2f}",
             f"{r.undelivered}",
             f"{r.seconds:.1f}" if r.finished else f"unfinished ({r.seconds:.0f})",
             "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
@@ -97,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if not r.ok]
     if failed and failed[0].logs is not None:
         out.print(f"worker logs kept in {failed[0].logs.parent}", highlight=False)
+    unconfirmed = sum(r.unconfirmed for r in results)
+    if unconfirmed:
+        accepted = sum(r.unconfirmed_accepted for r in results)
+        out.print(
+            f"unconfirmed the server had accepted: {accepted} of {unconfirmed}"
+            f" ({accepted / unconfirmed:.2f})",
+            highlight=False,
+        )
     late = f", final dots answered {args.dot_ms:g} ms late" if args.dot_ms else ""
     out.print(f"wall time {time.monotonic() - t0:.0f}s (seed {args.seed}{late})", highlight=False)
     return 1 if failed else 0

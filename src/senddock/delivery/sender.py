@@ -35,7 +35,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import psycopg
 
@@ -46,6 +45,7 @@ from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, tran
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit
 from senddock.delivery.recorder import Recorder
 from senddock.delivery.servers import CONNECTION_STAGES, connection_failed
+from senddock.delivery.staged import Staged
 from senddock.delivery.state import Claims, Control, Envelope, Lease, Messages, Relays, Tally
 from senddock.messages import CompiledMessage, Recipient, TemplateProblem
 from senddock.messages.sandbox import RENDER_SECONDS, end_render
@@ -53,25 +53,6 @@ from senddock.queue import Job, Outcome
 from senddock.smtp.session import SmtpSession
 
 log = logging.getLogger("senddock.worker")
-
-
-@dataclass
-class Prepared:
-    """The batch's next job, prepared at the final dot before it: the server picked for it
-    then, and the permit taken for it if its envelope went with that dot (else None)."""
-
-    job: Job
-    target: SmtpTarget
-    permit: Permit | None
-    # The mark of its final dot (issue 23), queued with the outcome of the message before it
-    # when its envelope went with that message's dot (`_record`): then both ride in one group.
-    marked: asyncio.Future[bool] | None = None
-    # Its message, when it was rendered before its mark was queued (`_prepare_next`).
-    data: bytes | None = None
-
-    @property
-    def job_id(self) -> int:
-        return self.job.id
 
 
 # Test hook: a job for this address SIGKILLs its worker as it is prepared, every time (the
@@ -132,8 +113,8 @@ class Sender:
         self.previous: asyncio.Future[bool] | None = None
         # Its job: a `sent` outcome carries the mark of the next final dot (queue.Dot.after).
         self.previous_job: int | None = None
-        # The next job as `_ahead` prepared it at the last final dot.
-        self.prepared: Prepared | None = None
+        # The next job as the last final dot staged it (`_ahead`, `_prepare_next`).
+        self.staged: Staged | None = None
 
     async def run(self) -> None:
         ahead: list[Job] | None = None  # the next batch, claimed before the last one ended
@@ -275,79 +256,100 @@ class Sender:
             message, envelope = await self._compiled(job.broadcast_id)
         except TemplateProblem as exc:
             return Reply("render", 554, f"5.6.0 {exc}")
-        ready = self.prepared
-        if ready is not None and ready.job_id == job.id and ready.data is not None:
-            prepared_data: bytes | Reply = ready.data
-        else:
-            prepared_data = _prepare(job, message)
-        if isinstance(prepared_data, Reply):
-            return prepared_data
-        data = prepared_data
+        staged = self._stage(job, message)
+        if isinstance(staged, Reply):
+            return staged
         tries = len(self.relays.servers.targets)
-        prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared.job_id != job.id:
-            self._give_back_permit(prepared.target, prepared.permit)  # its job did not come
-            prepared = None
-        early = prepared.marked if prepared else None
         while True:
-            target = prepared.target if prepared else self.relays.servers.pick()
-            in_hand = prepared.permit if prepared else None
-            prepared = None
-            session = self._session(target)
-            reply = await session.open()
-            if reply is not None:
-                self._give_back_permit(target, in_hand)
-            else:
-                unsent = await self._metered(target, session, job, in_hand)
-                if unsent is not None:
-                    self.relays.servers.settled(target.name)
-                    return unsent
-                then = None
-                if following is not None and following.broadcast_id == job.broadcast_id:
-                    then = functools.partial(self._ahead, target, following, envelope)
-                # Issue 23: this job's dot goes next on this sender; the mark rides with the
-                # previous outcome's commit when it can, and the dot waits for both. Queued
-                # with that outcome already if this envelope went with its dot (`_record`).
-                marked, early = (
-                    early or self.recorder.mark(queue.Dot(job, target.name, self.previous_job)),
-                    None,
-                )
-                marked.add_done_callback(_retrieved)
-                before_dot = functools.partial(self._dot_may_go, marked)
-                try:
-                    reply = await session.send(
-                        envelope(job.subscriber_id),
-                        job.email,
-                        data,
-                        before_dot=before_dot,
-                        then=then,
-                    )
-                except DotRefused:
-                    session.close()  # in its DATA: hang up, never send that dot
-                    log.error("claim on job %s was lost before its final dot", job.id)
-                    return Unsent.STOP
-                except OutcomeNotWritten:
-                    raise
-                except Exception as exc:  # a bug on one job's path: its outcome, not a crash
-                    log.exception("job %s: sending failed; it fails as rejected", job.id)
-                    session.close()  # whatever state the session was left in, start anew
-                    return Reply("render", 554, f"5.3.0 not sent: {summary(exc)}")
-            if not connection_failed(reply):
-                if reply.stage in CONNECTION_STAGES:
-                    self.relays.servers.settled(target.name)  # a 5xx about us: outcome.py judges it
-                else:
-                    self.relays.servers.succeeded(target.name)
+            reply = await self._attempt(staged, envelope, following)
+            if isinstance(reply, Unsent) or not self._unreachable(staged.target, reply):
                 return reply
-            self.relays.servers.failed(target.name, reply.summary())
             tries -= 1
             if tries <= 0 or not self.relays.servers.any_usable():
                 return reply
             log.warning(
                 "SMTP server %s unreachable (%s); sending job %s via another",
-                target.name,
+                staged.target.name,
                 reply.summary(),
                 job.id,
             )
+            staged.elsewhere(self.relays.servers.pick())
+
+    def _stage(self, job: Job, message: CompiledMessage) -> Staged | Reply:
+        """`job`'s message rendered, its server picked: as the last final dot staged it
+        (`_ahead`, `_prepare_next`), if that was this job; or the Reply that fails it.
+
+        A job staged for and not coming (it went back) gives its permit back."""
+        staged = self.staged
+        if staged is not None and staged.job_id == job.id and staged.data is not None:
+            data: bytes | Reply = staged.data
+        else:
+            data = _prepare(job, message)
+        if isinstance(data, Reply):
+            return data
+        self.staged = None
+        if staged is None or staged.job_id != job.id:
+            if staged is not None:
+                self._give_back_permit(staged.target, staged.permit)  # its job did not come
+            staged = Staged(job, self.relays.servers.pick())
+        staged.data = data
+        return staged
+
+    async def _attempt(
+        self, staged: Staged, envelope: Envelope, following: Job | None
+    ) -> Reply | Unsent:
+        """One try on the staged server: its session open, its permit, the message sent."""
+        target, job = staged.target, staged.job
+        session = self._session(target)
+        reply = await session.open()
+        if reply is not None:
+            self._give_back_permit(target, staged.permit)
+            return reply
+        unsent = await self._metered(target, session, job, staged.permit)
+        if unsent is not None:
+            self.relays.servers.settled(target.name)
+            return unsent
+        then = None
+        if following is not None and following.broadcast_id == job.broadcast_id:
+            then = functools.partial(self._ahead, target, following, envelope)
+        # Issue 23: this job's dot goes next on this sender; the mark rides with the previous
+        # outcome's commit when it can, and the dot waits for both. Queued with that outcome
+        # already if this envelope went with its dot, or it was rendered then (`_record`).
+        marked = staged.take_mark() or self.recorder.mark(
+            queue.Dot(job, target.name, self.previous_job)
+        )
+        marked.add_done_callback(_retrieved)
+        before_dot = functools.partial(self._dot_may_go, marked)
+        assert staged.data is not None  # `_stage` rendered it
+        try:
+            return await session.send(
+                envelope(job.subscriber_id),
+                job.email,
+                staged.data,
+                before_dot=before_dot,
+                then=then,
+            )
+        except DotRefused:
+            session.close()  # in its DATA: hang up, never send that dot
+            log.error("claim on job %s was lost before its final dot", job.id)
+            return Unsent.STOP
+        except OutcomeNotWritten:
+            raise
+        except Exception as exc:  # a bug on one job's path: its outcome, not a crash
+            log.exception("job %s: sending failed; it fails as rejected", job.id)
+            session.close()  # whatever state the session was left in, start anew
+            return Reply("render", 554, f"5.3.0 not sent: {summary(exc)}")
+
+    def _unreachable(self, target: SmtpTarget, reply: Reply) -> bool:
+        """Tell the server pool how `target` answered; True if it could not be reached."""
+        if not connection_failed(reply):
+            if reply.stage in CONNECTION_STAGES:
+                self.relays.servers.settled(target.name)  # a 5xx about us: outcome.py judges it
+            else:
+                self.relays.servers.succeeded(target.name)
+            return False
+        self.relays.servers.failed(target.name, reply.summary())
+        return True
 
     def _ahead(self, target: SmtpTarget, job: Job, envelope: Envelope) -> tuple[str, str] | None:
         """At a final dot on `target`'s session: the envelope of `job`, next in the batch, to
@@ -369,10 +371,10 @@ class Sender:
         if picked.name == target.name:
             limiter = self.relays.limiters.get(target.name)
             permit = UNMETERED if limiter is None else limiter.take_now()
-        self.prepared = Prepared(job, picked, permit)
+        self.staged = Staged(job, picked, permit)
         return None if permit is None else (envelope(job.subscriber_id), job.email)
 
-    def _prepare_next(self, job: Job) -> Prepared | None:
+    def _prepare_next(self, job: Job) -> Staged | None:
         """After a sent message whose final dot carried no envelope: `job`, next on this
         sender, rendered now, with its server picked and its permit taken, if one is free at
         once (as `_ahead` does); None if it may not start now or cannot be rendered here.
@@ -396,8 +398,8 @@ class Sender:
         permit = UNMETERED if limiter is None else limiter.take_now()
         if permit is None:
             return None
-        self.prepared = Prepared(job, picked, permit, data=data)
-        return self.prepared
+        self.staged = Staged(job, picked, permit, data=data)
+        return self.staged
 
     def _give_back_permit(self, target: SmtpTarget, permit: Permit | None) -> None:
         limiter = self.relays.limiters.get(target.name)
@@ -479,7 +481,7 @@ class Sender:
         written = self.previous = self.recorder.submit(Outcome(job, t, reply))
         self.previous_job = job.id
         written.add_done_callback(lambda done: self._recorded(job, t.status, verdict, done))
-        ahead = self.prepared
+        ahead = self.staged
         if ahead is None and t.status == "sent" and following is not None:
             # Its row carries the mark of the next dot (0025) if that mark is in its group:
             # mark the next job now, with this outcome, rather than after its envelope, when

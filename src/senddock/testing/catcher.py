@@ -187,12 +187,48 @@ class _Envelope(Envelope):
         self.faults: list[tuple[int, Fault | None]] = []
 
 
+class _Wire:
+    """The recipients of each final dot in a session's raw bytes (a plain-text session)."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._rcpts: list[str] = []
+        self._in_data = False
+
+    def feed(self, data: bytes) -> list[list[str]]:
+        lines = (self._partial + data).split(b"\r\n")
+        self._partial = lines.pop()
+        dots: list[list[str]] = []
+        for line in lines:
+            head = line[:10].upper()
+            if self._in_data and line == b".":
+                dots.append(self._rcpts)
+                self._rcpts, self._in_data = [], False
+            elif head.startswith((b"MAIL FROM:", b"RSET")):
+                self._rcpts, self._in_data = [], False
+            elif self._in_data:
+                continue
+            elif head.startswith(b"RCPT TO:"):
+                self._rcpts.append(line[8:].strip(b" <>").decode("utf-8", "replace"))
+            elif head == b"DATA":
+                self._in_data = True
+        return dots
+
+
 class _CatcherSMTP(SMTP):
     """One SMTP session; registers itself so the catcher can drop it."""
 
-    def __init__(self, live: set[_CatcherSMTP], handler: _Handler, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        live: set[_CatcherSMTP],
+        handler: _Handler,
+        dots: Callable[[list[str]], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(handler, **kwargs)
         self._live = live
+        self._catcher_dots = dots
+        self._wire = _Wire()
 
     def _create_session(self) -> Session:
         return _QuietSession(self.loop)
@@ -203,6 +239,14 @@ class _CatcherSMTP(SMTP):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._live.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        # Final dots as they arrive on the wire, before aiosmtpd reads them: a client that
+        # hangs up right after its dot leaves a message aiosmtpd never reads (it cancels the
+        # session at EOF), though a relay that reads on would have accepted it.
+        for rcpts in self._wire.feed(data):
+            self._catcher_dots(rcpts)
+        super().data_received(data)
 
     def connection_lost(self, error: Exception | None) -> None:
         self._live.discard(self)
@@ -310,6 +354,9 @@ class Catcher:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._received: list[Received] = []
+        # Final dots that reached the server, per lower-cased recipient, read off the wire
+        # (plain-text sessions): whether aiosmtpd then accepted the message or not.
+        self.dots_arrived: Counter[str] = Counter()
         self._attempts: Counter[str] = Counter()
         self._connections = 0
         self._handler = _Handler(self)
@@ -390,6 +437,10 @@ class Catcher:
         return f"smtp://{auth}{self.host}:{self._port}?tls={tls}"
 
     # -- what arrived ------------------------------------------------------------------------
+
+    def _dotted(self, rcpts: list[str]) -> None:
+        with self._lock:
+            self.dots_arrived.update(r.lower() for r in rcpts)
 
     def received(self) -> list[Received]:
         """A copy of everything accepted so far, in order of acceptance."""
@@ -503,6 +554,7 @@ class Catcher:
         return _CatcherSMTP(
             self._live,
             self._handler,
+            self._dotted,
             hostname=self.hostname,
             ident="senddock catcher",
             enable_SMTPUTF8=True,
