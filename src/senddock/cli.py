@@ -728,6 +728,42 @@ def confirm_cmd(campaign_id: int, jobs: tuple[int, ...]) -> None:
     click.echo(f"campaign {campaign_id}: {n} unconfirmed recipients confirmed sent")
 
 
+# --- campaign reconcile (issue 41): one block, its logic in campaigns/reconcile.py ---
+
+
+@campaign.command("reconcile")
+@click.argument("campaign_id", type=int)
+@click.option(
+    "--log",
+    "logs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The relay's log file (Postfix or Exim; repeatable: give the rotated ones too)."
+    " Default: SENDDOCK_RECONCILE_LOGS.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what each source says; change nothing.")
+def reconcile_cmd(campaign_id: int, logs: tuple[str, ...], dry_run: bool) -> None:
+    """Ask the relay's log and the providers' searches what became of the unconfirmed
+    recipients: confirm those the relay accepted, send again those it provably never took,
+    and leave the rest (with what each source said) for a person."""
+    from senddock.campaigns import reconcile as rec
+
+    with db() as conn:
+        sources = rec.sources_from(settings(), logs, rec.sender_of(conn, campaign_id))
+        done = rec.reconcile(conn, campaign_id, sources, apply=not dry_run)
+    for v in done.verdicts:
+        said = "; ".join(f"{w.source}: {w.said} ({w.detail})" for w in v.words)
+        what = {"confirmed": "confirmed sent", "resent": "queued again", "held": "left"}
+        verb = what[v.outcome] if not dry_run else f"would be {what[v.outcome]}"
+        click.echo(f"  job {v.job.id}  {v.job.email}  {verb}  {said}")
+    head = "would confirm" if dry_run else "confirmed"
+    click.echo(
+        f"campaign {campaign_id}: {head} {done.count('confirmed')} sent,"
+        f" {'would queue' if dry_run else 'queued'} {done.count('resent')} again,"
+        f" {done.count('held')} left for a person (no source could tell)"
+    )
+
+
 @subscribers.command("export", epilog=epilog(*DB))
 @click.option("--list", "list_name", help="Only this list's members (default: everyone).")
 @click.option("--segment", "segment_name", help="Only those a saved segment matches.")
