@@ -41,9 +41,10 @@ def ses_event(kind: str, message_id: str) -> dict[str, Any]:
         },
         "send": {},
     }
+    digest = hashlib.sha256(message_id.encode()).hexdigest()[:12]
     return {
         "Type": "Notification",
-        "MessageId": f"5b7f0a10-{kind.lower()}-{hashlib.sha256(message_id.encode()).hexdigest()[:12]}",
+        "MessageId": f"5b7f0a10-{kind.lower()}-{digest}",
         "Message": json.dumps(ses),
         "Timestamp": "2026-12-07T14:00:01.000Z",
     }
