@@ -460,9 +460,10 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
     if st["unconfirmed"]:
         lines.append(
             f"  {st['unconfirmed']} unconfirmed: the final dot went and no outcome was recorded;"
-            f" check the relay's log, then `senddock campaign confirm {st['id']}` (they went) or"
-            f" `senddock campaign resend-unconfirmed {st['id']}` (send them again); --job ID"
-            " for only some"
+            f" `senddock campaign reconcile {st['id']}` asks the relay's log and the providers;"
+            f" else check the relay's log, then `senddock campaign confirm {st['id']}` (they"
+            f" went) or `senddock campaign resend-unconfirmed {st['id']}` (send them again);"
+            " --job ID for only some"
         )
         for u in st["unconfirmed_jobs"]:
             at = _iso(u["dot_at"]) if u["dot_at"] else "?"
@@ -470,6 +471,8 @@ def _status_lines(st: dict[str, Any]) -> list[str]:
                 f"    job {u['id']}  {u['email']}  dot at {at} to {u['relay'] or '?'} by worker"
                 f" {u['worker_id']}  {u['message_id']}"
             )
+            for w in u["said"]:  # issue 41: what each source said at the last reconcile
+                lines.append(f"      {w['source']}: {w['said']} ({w['detail']})")
     if st["broadcast_id"] is not None:
         lines.append(
             f"  later: {st['bounced_later']} bounced, {st['soft_later']} soft,"
@@ -681,9 +684,12 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
             reply = campaigns.reply_summary(r)
+            settled = ""
+            if r["settled_by"]:  # issue 41: who settled it once unconfirmed, and when
+                settled = f"  settled by {r['settled_by']} at {_iso(r['settled_at'])}"
             click.echo(
                 f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
-                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "")
+                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "") + settled
             )
 
 

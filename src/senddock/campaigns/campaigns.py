@@ -26,7 +26,14 @@ from senddock.config import Settings
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
-from senddock.queue import Campaign, Unconfirmed, finish_sync, lock_campaign, unconfirmed_jobs
+from senddock.queue import (
+    Campaign,
+    Unconfirmed,
+    finish_sync,
+    lock_campaign,
+    reconcile_notes,
+    unconfirmed_jobs,
+)
 from senddock.queue import cancel as cancel_in_queue
 from senddock.queue import set_running as set_running_in_queue
 from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
@@ -203,8 +210,12 @@ def status(
         elif c["broadcast_id"] is not None:
             problem = last_problem(conn, c["broadcast_id"])
         held: list[Unconfirmed] = []
+        said: dict[int, list[dict[str, str]]] = {}
         if counts.unconfirmed and c["broadcast_id"] is not None:
             held = unconfirmed_jobs(conn, c["broadcast_id"], limit=UNCONFIRMED_SHOWN)
+            for n in reconcile_notes(conn, c["broadcast_id"]):  # issue 41: each source's word
+                word = {"source": n.source, "said": n.said, "detail": n.detail}
+                said.setdefault(n.job_id, []).append(word)
         work_left = c["status"] == "sending" and (
             counts.unfinished > counts.unconfirmed or not c["enqueue_done"]
         )
@@ -239,6 +250,7 @@ def status(
                 "worker_id": u.worker_id,
                 "dot_at": u.dot_at,
                 "relay": u.relay,
+                "said": said.get(u.id, []),
             }
             for u in held
         ],
