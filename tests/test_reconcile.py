@@ -9,6 +9,7 @@ checked on log text of the shapes Postfix and Exim write.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import random
@@ -108,6 +109,10 @@ def _sent(conn: Conn, bid: int) -> int:
     return int(row["n"])
 
 
+def _reached(conn: Conn, bid: int, n: int) -> bool:
+    return _sent(conn, bid) >= n
+
+
 def _by_status(conn: Conn, bid: int) -> Counter[str]:
     return Counter(str(r["status"]) for r in jobs(conn, bid).values())
 
@@ -152,7 +157,7 @@ def test_reconcile_against_a_real_postfix_log_leaves_everyone_exactly_one_copy(
             n = rng.randint(lo, hi)
             proc = fleet.start(env, f"killed-at-{n}")
             worker_id(conn, proc)
-            assert wait_until(lambda n=n: _sent(conn, bid) >= n, 60), _by_status(conn, bid)
+            assert wait_until(functools.partial(_reached, conn, bid, n), 60), _by_status(conn, bid)
             proc.kill()
             kills += 1
             if kills >= 3 and _by_status(conn, bid)["unconfirmed"] >= 2:
