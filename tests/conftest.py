@@ -29,7 +29,8 @@ TABLES = (
     "broadcast_jobs, broadcast_counts, broadcasts, campaigns, list_memberships, lists,"
     " subscribers, suppressions, workers, api_tokens, admins, import_jobs, import_uploads,"
     " worker_deaths, sessions, login_attempts, bounce_messages, bounce_findings, bounce_effects,"
-    " segments, layouts, subscription_events, signup_consents, erased_suppressions"
+    " segments, layouts, subscription_events, signup_consents, erased_suppressions,"
+    " reconcile_notes"
 )
 
 

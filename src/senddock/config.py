@@ -116,6 +116,26 @@ class Settings(BaseSettings):
     sendgrid_public_key: SecretStr | None = None
     postmark_webhook_user: str | None = None
     postmark_webhook_password: SecretStr | None = None
+    # Reconcile (issue 41: `campaign reconcile`, the dashboard's button): the sources asked
+    # whether an unconfirmed job's relay took it, each off until set. The relay's log files
+    # (Postfix or Exim; comma separated, its rotated files too, `.gz` read), the zone of their
+    # timestamps that carry none (an IANA name; this machine's when unset), the relay they log
+    # (a SENDDOCK_SMTP_URL name: jobs sent elsewhere are not judged by it; unset: every relay),
+    # and the slack of clocks and of a relay finishing a message whose client vanished.
+    reconcile_logs: str = ""
+    reconcile_log_tz: str | None = None
+    reconcile_log_relay: str | None = None
+    reconcile_slack: Duration = 30.0
+    # Provider searches: Mailgun's events API (key, sending domain), Postmark's message search
+    # (server token), SendGrid's email activity (an API key with Email Activity access). Base
+    # URLs: https, or http to a loopback address (a local gateway).
+    mailgun_api_key: SecretStr | None = None
+    mailgun_domain: str | None = None
+    mailgun_api_url: str = "https://api.mailgun.net"
+    postmark_server_token: SecretStr | None = None
+    postmark_api_url: str = "https://api.postmarkapp.com"
+    sendgrid_api_key: SecretStr | None = None
+    sendgrid_api_url: str = "https://api.sendgrid.com"
     # Accept subscriber and test-send addresses at reserved domains (.test, .local, .internal,
     # …: audience/addresses.py), which are refused by default: internal relays and tests.
     allow_reserved_domains: bool = False

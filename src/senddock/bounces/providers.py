@@ -96,6 +96,7 @@ class SnsMessage:
     findings: tuple[Finding, ...] = ()
     subscribe_url: str | None = None
     message_id: str = ""  # SNS's own MessageId (signed): one per event, kept on a retry
+    delivered: tuple[str, ...] = ()  # our Message-IDs SES says it took (ses_deliveries)
 
 
 def sns_signed_text(message: Mapping[str, Any]) -> bytes:
@@ -168,7 +169,13 @@ def verify_sns(
     inner = message.get("Message", "")
     ses = _json(inner) if isinstance(inner, str) else inner
     message_id = str(message.get("MessageId", ""))
-    return SnsMessage("Notification", topic, findings=ses_findings(ses), message_id=message_id)
+    return SnsMessage(
+        "Notification",
+        topic,
+        findings=ses_findings(ses),
+        message_id=message_id,
+        delivered=ses_deliveries(ses),
+    )
 
 
 SES_HARD = {"General", "NoEmail", "Suppressed", "OnAccountSuppressionList"}
@@ -232,6 +239,26 @@ def ses_findings(event: Any) -> tuple[Finding, ...]:
     return ()  # Delivery, Send, Open, …: not bounces
 
 
+# Issue 41: the events that say the provider took a message (its 250 to us went), so a job
+# left unconfirmed by a crash is confirmed at once. SES: `Send` ("the send request was
+# successful and SES will attempt to deliver") and `Delivery` (docs.aws.amazon.com/ses/
+# latest/dg/event-publishing-retrieving-sns-contents.html), read by the Message-ID in
+# mail.commonHeaders / mail.headers (the original headers: "Include original headers" on).
+SES_TOOK = {"Send", "Delivery"}
+
+
+def ses_deliveries(event: Any) -> tuple[str, ...]:
+    """Our Message-ID of an SES Send or Delivery event (one message an event), or ()."""
+    if not isinstance(event, dict):
+        return ()
+    kind = event.get("notificationType") or event.get("eventType")
+    mail = event.get("mail")
+    if kind not in SES_TOOK or not isinstance(mail, dict):
+        return ()
+    message_id = _ses_message_id(mail)
+    return (message_id,) if message_id else ()
+
+
 # --- Mailgun ----------------------------------------------------------------------------------
 
 
@@ -278,6 +305,21 @@ def mailgun_findings(event: Any) -> tuple[Finding, ...]:
     if event.get("severity") == "temporary" and kind == "hard":
         kind = "soft"  # Mailgun will retry: not a dead address yet
     return (Finding(recipient, kind, enhanced, reply, diagnostic, message_id),)
+
+
+# Mailgun's `accepted` ("placed in queue") and `delivered` events (documentation.mailgun.com/
+# docs/mailgun/user-manual/webhooks/webhook-payloads: event-data.message.headers.message-id,
+# without angle brackets).
+MAILGUN_TOOK = {"accepted", "delivered"}
+
+
+def mailgun_deliveries(event: Any) -> tuple[str, ...]:
+    """Our Message-ID of a Mailgun accepted or delivered event, or ()."""
+    if not isinstance(event, dict) or event.get("event") not in MAILGUN_TOOK:
+        return ()
+    headers = (event.get("message") or {}).get("headers") or {}
+    message_id = _text(headers.get("message-id"), 998)
+    return (message_id,) if message_id else ()
 
 
 # --- SendGrid ---------------------------------------------------------------------------------
@@ -341,6 +383,25 @@ def sendgrid_findings(events: Any) -> tuple[Finding, ...]:
         reply = reply_in(diagnostic) if diagnostic else None
         kind = "policy" if e.get("type") == "blocked" else classify(status, reply, diagnostic)
         found.append(Finding(recipient, kind, status, reply, diagnostic, message_id))
+    return tuple(found)
+
+
+# SendGrid's `processed` ("received and ready to be delivered") and `delivered` events carry
+# the message's Message-ID as `smtp-id` (twilio.com/docs/sendgrid/for-developers/tracking-
+# events/event: delivery events).
+SENDGRID_TOOK = {"processed", "delivered"}
+
+
+def sendgrid_deliveries(events: Any) -> tuple[str, ...]:
+    """Our Message-IDs of SendGrid's processed and delivered events in one post."""
+    if not isinstance(events, list):
+        return ()
+    found = []
+    for e in events:
+        if isinstance(e, dict) and e.get("event") in SENDGRID_TOOK:
+            message_id = _text(e.get("smtp-id"), 998)
+            if message_id:
+                found.append(message_id)
     return tuple(found)
 
 

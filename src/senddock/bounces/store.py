@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from senddock import queue
 from senddock.bounces.finding import Finding
 from senddock.bounces.parse import parse
 from senddock.bounces.verp import ReturnPath
@@ -256,6 +257,35 @@ def receive_event(
         recorded = _record_findings(conn, stored, findings, None, message_id, soft)
     matched = sum(1 for _, _, m in recorded if m is not None)
     return Received(stored, True, "read", len(recorded), matched)
+
+
+def confirm_deliveries(conn: Conn, source: str, message_ids: Sequence[str]) -> int:
+    """Issue 41: a provider's signed event says it took these messages (SES Send or Delivery,
+    Mailgun accepted or delivered, SendGrid processed or delivered). Each that names a job of
+    ours (its token holds, invariant 10) and is still unconfirmed after a crash is sent now,
+    unattended, recorded as `SOURCE-event`; any other job is left as it is. How many."""
+    if not message_ids:
+        return 0
+    confirmed = 0
+    with conn.transaction():
+        key = _message_key(conn)
+        if key is None:
+            return 0
+        for message_id in message_ids[:MAX_FINDINGS]:
+            pair = message_id_names(key, message_id)
+            if pair is None:
+                continue  # not ours, or forged: changes nobody
+            by = f"{source}-event"
+            if queue.confirm_delivered(conn, pair[0], pair[1], _bracketed(message_id), by):
+                confirmed += 1
+        if confirmed:
+            queue.finish_sync(conn)
+    return confirmed
+
+
+def _bracketed(message_id: str) -> str:
+    """Our Message-ID as stored (`<…>`), whichever way the provider wrote it."""
+    return "<" + message_id.strip().strip("<>") + ">"
 
 
 def findings(

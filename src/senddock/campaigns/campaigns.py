@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,7 +26,15 @@ from senddock.config import Settings
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
-from senddock.queue import Campaign, Unconfirmed, finish_sync, lock_campaign, unconfirmed_jobs
+from senddock.queue import (
+    Campaign,
+    Note,
+    Unconfirmed,
+    finish_sync,
+    lock_campaign,
+    reconcile_notes,
+    unconfirmed_jobs,
+)
 from senddock.queue import cancel as cancel_in_queue
 from senddock.queue import set_running as set_running_in_queue
 from senddock.queue.counts import COUNT_KEYS as COUNT_KEYS  # re-exported for the web
@@ -216,6 +224,15 @@ class CampaignStatus:
     # Issue 23: recipients whose final dot went with no outcome recorded (the first few:
     # when, to which relay, from which worker), for a person to resend or confirm.
     unconfirmed_jobs: tuple[Unconfirmed, ...]
+    # Issue 41: what each source said of those jobs at the last reconcile, by job id.
+    said: Mapping[int, tuple[Note, ...]] = field(default_factory=dict)
+
+    def words(self, job_id: int) -> list[dict[str, str]]:
+        """What each source said of one unconfirmed job, as every surface shows it."""
+        return [
+            {"source": n.source, "said": n.said, "detail": n.detail}
+            for n in self.said.get(job_id, ())
+        ]
 
     @property
     def state(self) -> str:
@@ -268,7 +285,9 @@ class CampaignStatus:
             "last_problem": self.last_problem,
             "worker_deaths": self.worker_deaths,
             "last_worker_death": self.last_worker_death,
-            "unconfirmed_jobs": [asdict(u) for u in self.unconfirmed_jobs],
+            "unconfirmed_jobs": [
+                {**asdict(u), "said": self.words(u.id)} for u in self.unconfirmed_jobs
+            ],
         }
 
 
@@ -293,8 +312,11 @@ def status(
         elif c["broadcast_id"] is not None:
             problem = last_problem(conn, c["broadcast_id"])
         held: list[Unconfirmed] = []
+        said: dict[int, list[Note]] = {}
         if counts.unconfirmed and c["broadcast_id"] is not None:
             held = unconfirmed_jobs(conn, c["broadcast_id"], limit=UNCONFIRMED_SHOWN)
+            for n in reconcile_notes(conn, c["broadcast_id"]):  # issue 41: each source's word
+                said.setdefault(n.job_id, []).append(n)
         work_left = c["status"] == "sending" and (
             counts.unfinished > counts.unconfirmed or not c["enqueue_done"]
         )
@@ -315,6 +337,7 @@ def status(
         worker_deaths=int(c["worker_deaths"] or 0),
         last_worker_death=c["last_worker_death"],
         unconfirmed_jobs=tuple(held),
+        said={k: tuple(v) for k, v in said.items()},
     )
 
 

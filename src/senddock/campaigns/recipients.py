@@ -23,6 +23,8 @@ COLUMNS = (
     "last_code",
     "last_enhanced",
     "last_reply",
+    "settled_by",
+    "settled_at",
 )
 
 QUERIES = sql.load(__package__, "recipients.sql")
@@ -87,8 +89,8 @@ def write_csv(conn: Conn, campaign_id: int, status: str | None, out: TextIO) -> 
     w.writerow(COLUMNS)
     n = 0
     for r in recipients(conn, campaign_id, status):
-        sent = r["sent_at"].isoformat() if r["sent_at"] else ""
-        w.writerow(cells.row(sent if k == "sent_at" else r[k] for k in COLUMNS))
+        times = {k: r[k].isoformat() if r[k] else "" for k in ("sent_at", "settled_at")}
+        w.writerow(cells.row(times[k] if k in times else r[k] for k in COLUMNS))
         n += 1
     return n
 

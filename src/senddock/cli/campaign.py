@@ -164,9 +164,10 @@ def _status_lines(st: CampaignStatus) -> list[str]:
     if c.unconfirmed:
         lines.append(
             f"  {c.unconfirmed} unconfirmed: the final dot went and no outcome was recorded;"
-            f" check the relay's log, then `senddock campaign confirm {st.id}` (they went) or"
-            f" `senddock campaign resend-unconfirmed {st.id}` (send them again); --job ID"
-            " for only some"
+            f" `senddock campaign reconcile {st.id}` asks the relay's log and the providers;"
+            f" else check the relay's log, then `senddock campaign confirm {st.id}` (they"
+            f" went) or `senddock campaign resend-unconfirmed {st.id}` (send them again);"
+            " --job ID for only some"
         )
         for u in st.unconfirmed_jobs:
             at = iso(u.dot_at) if u.dot_at else "?"
@@ -174,6 +175,8 @@ def _status_lines(st: CampaignStatus) -> list[str]:
                 f"    job {u.id}  {u.email}  dot at {at} to {u.relay or '?'} by worker"
                 f" {u.worker_id}  {u.message_id}"
             )
+            for w in st.said.get(u.id, ()):  # issue 41: what each source said at the last one
+                lines.append(f"      {w.source}: {w.said} ({w.detail})")
     if st.broadcast_id is not None:
         lines.append(
             f"  later: {c.bounced_later} bounced, {c.soft_later} soft,"
@@ -293,9 +296,12 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
             state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
             sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
             reply = campaigns.reply_summary(r)
+            settled = ""
+            if r["settled_by"]:  # issue 41: who settled it once unconfirmed, and when
+                settled = f"  settled by {r['settled_by']} at {iso(r['settled_at'])}"
             click.echo(
                 f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
-                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "")
+                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "") + settled
             )
 
 
@@ -546,3 +552,36 @@ def _preview_count(campaign_id: int) -> None:
         n = preview_count(conn, campaign_id)
     narrowed = f"segment {who.segment}" if who.segment else f"filter {who.filter}"
     click.echo(plural(n, "recipient") + (f" ({narrowed})" if who.filter else ""))
+
+
+@campaign.command("reconcile")
+@click.argument("campaign_id", type=int)
+@click.option(
+    "--log",
+    "logs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The relay's log file (Postfix or Exim; repeatable: give the rotated ones too)."
+    " Default: SENDDOCK_RECONCILE_LOGS.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what each source says; change nothing.")
+def reconcile_cmd(campaign_id: int, logs: tuple[str, ...], dry_run: bool) -> None:
+    """Ask the relay's log and the providers' searches what became of the unconfirmed
+    recipients: confirm those the relay accepted, send again those it provably never took,
+    and leave the rest (with what each source said) for a person."""
+    from senddock.campaigns import reconcile as rec
+
+    with db() as conn:
+        sources = rec.sources_from(settings(), logs, rec.sender_of(conn, campaign_id))
+        done = rec.reconcile(conn, campaign_id, sources, apply=not dry_run)
+    for v in done.verdicts:
+        said = "; ".join(f"{w.source}: {w.said} ({w.detail})" for w in v.words)
+        what = {"confirmed": "confirmed sent", "resent": "queued again", "held": "left"}
+        verb = what[v.outcome] if not dry_run else f"would be {what[v.outcome]}"
+        click.echo(f"  job {v.job.id}  {v.job.email}  {verb}  {said}")
+    head = "would confirm" if dry_run else "confirmed"
+    click.echo(
+        f"campaign {campaign_id}: {head} {done.count('confirmed')} sent,"
+        f" {'would queue' if dry_run else 'queued'} {done.count('resent')} again,"
+        f" {done.count('held')} left for a person (no source could tell)"
+    )

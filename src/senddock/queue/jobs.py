@@ -50,6 +50,9 @@ Job (a row of broadcast_jobs)
     unconfirmed --resend_unconfirmed (a person)--> pending|retry, due now, attempt given back,
                                     same Message-ID
     unconfirmed --confirm (a person, from the relay's log)--> sent
+    unconfirmed --confirm, resend_unconfirmed (reconcile: a source that can tell, issue 41)-->
+                                    sent | pending|retry as above, settled_by the source
+    unconfirmed --confirm_delivered (a provider's signed delivery event)--> sent
     sending, owner dead holding it as its one suspect, SUSPECT_DEATHS times --rescue--> failed
                                     (rejected), never sent again
     pending|retry --cancel_jobs (campaign cancelled)--> cancelled
@@ -782,20 +785,36 @@ def requeue_failed(conn: Conn, broadcast_id: int) -> int:
     return n
 
 
-def resend_unconfirmed(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
-    """A person's choice: the broadcast's unconfirmed jobs (or those of `ids`) go again (same
-    Message-ID); how many. Workers are woken. In the caller's transaction."""
-    params = {"b": broadcast_id, "ids": ids}
+def resend_unconfirmed(
+    conn: Conn, broadcast_id: int, ids: list[int] | None = None, by: str = "person"
+) -> int:
+    """A person's choice, or a source's word that the relay never took them (`by`, issue 41):
+    the broadcast's unconfirmed jobs (or those of `ids`) go again (same Message-ID); how many.
+    Workers are woken. In the caller's transaction."""
+    params = {"b": broadcast_id, "ids": ids, "by": by}
     n = conn.execute(QUERIES["resend_unconfirmed"], params).rowcount
     if n:
         wake(conn)
     return n
 
 
-def confirm(conn: Conn, broadcast_id: int, ids: list[int] | None = None) -> int:
-    """A person's word, from the relay's log: the broadcast's unconfirmed jobs (or those of
-    `ids`) went; how many are sent now. In the caller's transaction."""
-    return conn.execute(QUERIES["confirm"], {"b": broadcast_id, "ids": ids}).rowcount
+def confirm(conn: Conn, broadcast_id: int, ids: list[int] | None = None, by: str = "person") -> int:
+    """A person's word from the relay's log, or a source's (`by`, issue 41): the broadcast's
+    unconfirmed jobs (or those of `ids`) went; how many are sent now. In the caller's
+    transaction."""
+    params = {"b": broadcast_id, "ids": ids, "by": by}
+    return conn.execute(QUERIES["confirm"], params).rowcount
+
+
+def confirm_delivered(
+    conn: Conn, broadcast_id: int, subscriber_id: int, message_id: str, by: str
+) -> int | None:
+    """A provider's signed delivery event names this job (its Message-ID's token checked by
+    the caller): if it is unconfirmed it is sent now; its id, or None (any other status is
+    left alone). In the caller's transaction."""
+    params = {"b": broadcast_id, "s": subscriber_id, "m": message_id, "by": by}
+    row = conn.execute(QUERIES["confirm_delivered"], params).fetchone()
+    return None if row is None else int(row["id"])
 
 
 @dataclass(frozen=True)
@@ -808,6 +827,7 @@ class Unconfirmed:
     worker_id: int | None
     dot_at: datetime | None
     relay: str | None
+    claimed_at: datetime | None = None
 
 
 def unconfirmed_jobs(conn: Conn, broadcast_id: int, limit: int = 100) -> list[Unconfirmed]:
@@ -821,8 +841,43 @@ def unconfirmed_jobs(conn: Conn, broadcast_id: int, limit: int = 100) -> list[Un
             None if r["owner"] is None else int(r["owner"]),
             r["dot_at"],
             r["dot_relay"],
+            r["claimed_at"],
         )
         for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Note:
+    """What one source said of one unconfirmed job at the last reconcile (issue 41)."""
+
+    job_id: int
+    source: str
+    said: str  # accepted | not accepted | cannot tell
+    detail: str
+    noted_at: datetime | None = None
+
+
+def note_reconcile(conn: Conn, broadcast_id: int, notes: list[Note]) -> None:
+    """Keep what each source said of each job (replacing its last word), and forget the notes
+    of the broadcast's jobs that are no longer unconfirmed. In the caller's transaction."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            QUERIES["note_reconcile"],
+            [
+                {"b": broadcast_id, "job": n.job_id, "source": n.source}
+                | {"said": n.said, "detail": n.detail}
+                for n in notes
+            ],
+        )
+    conn.execute(QUERIES["forget_settled_notes"], {"b": broadcast_id})
+
+
+def reconcile_notes(conn: Conn, broadcast_id: int) -> list[Note]:
+    """What each source said of the broadcast's jobs that are still unconfirmed."""
+    rows = conn.execute(QUERIES["reconcile_notes"], {"b": broadcast_id})
+    return [
+        Note(int(r["job_id"]), r["source"], r["said"], r["detail"], r["noted_at"]) for r in rows
     ]
 
 

@@ -551,14 +551,19 @@ WHERE j.broadcast_id = %(b)s AND j.status = 'failed'
 -- retry, due now, their attempt given back (the unconfirmed one was never judged, so the same
 -- delivery is not charged twice), their Message-ID kept (invariant 9), so a relay or a reader
 -- can tell a duplicate. `dot_at` and `dot_relay` stay until the next claim clears them.
--- `ids`: only these jobs (NULL: all of the broadcast's).
+-- `ids`: only these jobs (NULL: all of the broadcast's). Issue 41: `by` is who decided
+-- (`person`, or the source that covers the job's window and never saw it: reconcile), kept
+-- on the job with the time (settled_by, settled_at: 0029).
 UPDATE broadcast_jobs
 SET status     = CASE WHEN attempts - 1 <= 0 THEN 'pending' ELSE 'retry' END,
     attempts   = greatest(attempts - 1, 0),
     owner      = NULL,
     run_at     = now(),
     last_stage = 'resend',
-    last_reply = 'unconfirmed; sent again on request',
+    last_reply = CASE WHEN %(by)s = 'person' THEN 'unconfirmed; sent again on request'
+                      ELSE 'unconfirmed; not accepted per ' || %(by)s || ': sent again' END,
+    settled_by = %(by)s,
+    settled_at = now(),
     updated_at = now()
 WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
@@ -566,12 +571,16 @@ WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
 -- name: confirm
 -- Issue 23: a person confirmed from the relay's log that the unconfirmed jobs of a broadcast
 -- went: sent, as of their final dot. The broadcast may then finish (finish). `ids`: only
--- these jobs (NULL: all).
+-- these jobs (NULL: all). Issue 41: `by` is who said so (`person`, or the source that shows
+-- the relay accepted it: reconcile, a delivery event), kept with the time (0029).
 UPDATE broadcast_jobs
 SET status     = 'sent',
     sent_at    = coalesce(dot_at, now()),
     last_stage = 'confirm',
-    last_reply = 'unconfirmed; confirmed sent on request',
+    last_reply = CASE WHEN %(by)s = 'person' THEN 'unconfirmed; confirmed sent on request'
+                      ELSE 'unconfirmed; accepted per ' || %(by)s END,
+    settled_by = %(by)s,
+    settled_at = now(),
     updated_at = now()
 WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
@@ -579,11 +588,53 @@ WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
 -- name: unconfirmed_jobs
 -- Issue 23: the unconfirmed jobs of a broadcast with when their dot went, to which relay and
 -- from which worker (campaign status, the API, the dashboard), oldest first.
-SELECT id, email, message_id, owner, dot_at, dot_relay, attempts
+SELECT id, email, message_id, owner, dot_at, dot_relay, attempts, claimed_at
 FROM broadcast_jobs
 WHERE broadcast_id = %(b)s AND status = 'unconfirmed'
 ORDER BY dot_at NULLS FIRST, id
 LIMIT %(limit)s
+
+-- name: confirm_delivered
+-- Issue 41: a provider's signed delivery event (SES Send or Delivery, Mailgun delivered,
+-- SendGrid delivered, Postmark Delivery) names this job by our Message-ID, whose token the
+-- intake checked (invariant 10): the relay accepted it. An unconfirmed job is sent at once,
+-- unattended; any other status is left alone (a sent one stays sent, a resent one goes on:
+-- its copy is the same Message-ID). By the unique key broadcast_jobs_once.
+UPDATE broadcast_jobs
+SET status     = 'sent',
+    sent_at    = coalesce(dot_at, now()),
+    last_stage = 'confirm',
+    last_reply = 'unconfirmed; accepted per ' || %(by)s,
+    settled_by = %(by)s,
+    settled_at = now(),
+    updated_at = now()
+WHERE broadcast_id = %(b)s AND subscriber_id = %(s)s AND status = 'unconfirmed'
+  AND lower(message_id) = lower(%(m)s)
+RETURNING id
+
+-- name: note_reconcile
+-- Issue 41: what one source said of one unconfirmed job at this reconcile (0029), replacing
+-- what it said before.
+INSERT INTO reconcile_notes (broadcast_id, job_id, source, said, detail)
+VALUES (%(b)s, %(job)s, %(source)s, %(said)s, %(detail)s)
+ON CONFLICT (broadcast_id, job_id, source)
+DO UPDATE SET said = excluded.said, detail = excluded.detail, noted_at = now()
+
+-- name: forget_settled_notes
+-- Issue 41: the notes of a broadcast's jobs that are no longer unconfirmed (settled since by
+-- a source, a person or a late outcome) are gone: they only served the decision.
+DELETE FROM reconcile_notes n
+WHERE n.broadcast_id = %(b)s
+  AND NOT EXISTS (SELECT 1 FROM broadcast_jobs j
+                  WHERE j.id = n.job_id AND j.status = 'unconfirmed')
+
+-- name: reconcile_notes
+-- Issue 41: what each source said of a broadcast's unconfirmed jobs (dashboard, API, CLI).
+SELECT n.job_id, n.source, n.said, n.detail, n.noted_at
+FROM reconcile_notes n
+JOIN broadcast_jobs j ON j.id = n.job_id AND j.status = 'unconfirmed'
+WHERE n.broadcast_id = %(b)s
+ORDER BY n.job_id, n.source
 
 -- name: reopen
 -- Invariant 8: a finished broadcast with work again is running again (and its campaign sending

@@ -29,7 +29,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.bounces import store as bounce_store
-from senddock.campaigns import compose, edits, trial
+from senddock.campaigns import compose, edits, reconcile, trial
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery import oneoff
@@ -568,6 +568,24 @@ def confirm_unconfirmed(
     shows they went)."""
     n = campaigns.confirm(conn, campaign_id, body.jobs if body else None)
     return s.UnconfirmedDone(unconfirmed=n, campaign=_status(conn, campaign_id))
+
+
+@router.post(
+    "/campaigns/{campaign_id}/reconcile", tags=["campaigns"], response_model=s.ReconcileDone
+)
+def reconcile_unconfirmed(conn: Db, campaign_id: CampaignId, request: Request) -> s.ReconcileDone:
+    """Ask the configured sources (the relay's log, providers' searches: SENDDOCK_RECONCILE_…)
+    about the unconfirmed recipients: confirm those the relay accepted, send again those it
+    provably never took, keep what each said of the rest (issue 41). 400 with no source."""
+    settings = request.app.state.settings
+    sources = reconcile.sources_from(settings, (), reconcile.sender_of(conn, campaign_id))
+    done = reconcile.reconcile(conn, campaign_id, sources)
+    return s.ReconcileDone(
+        confirmed=done.count("confirmed"),
+        resent=done.count("resent"),
+        left=done.count("held"),
+        campaign=_status(conn, campaign_id),
+    )
 
 
 @router.get(

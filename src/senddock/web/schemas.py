@@ -220,6 +220,15 @@ class ImportJob(BaseModel):
 # -- campaigns ----------------------------------------------------------------------------
 
 
+class SourceWord(BaseModel):
+    """What one source (the relay's log, a provider's search) said of an unconfirmed job at
+    the last reconcile (issue 41)."""
+
+    source: str = Field(description="relay-log, mailgun, postmark or sendgrid")
+    said: str = Field(description="accepted, not accepted, not seen or cannot tell")
+    detail: str = Field(description="What it matched, or why it cannot tell")
+
+
 class UnconfirmedJob(BaseModel):
     """A recipient whose final dot went and whose outcome is unknown (issue 23)."""
 
@@ -229,6 +238,9 @@ class UnconfirmedJob(BaseModel):
     worker_id: int | None = Field(description="The worker that sent the dot")
     dot_at: datetime | None = Field(description="When the final dot was about to go")
     relay: str | None = Field(description="The SMTP server it went to")
+    said: list[SourceWord] = Field(
+        default_factory=list, description="What each source said at the last reconcile"
+    )
 
 
 # Reports after the relay's 250 (queue.counts.Counts), on the detail and in the list: one
@@ -462,6 +474,15 @@ class UnconfirmedDone(BaseModel):
     campaign: CampaignStatus
 
 
+class ReconcileDone(BaseModel):
+    """What a reconcile did (issue 41)."""
+
+    confirmed: int = Field(description="Unconfirmed recipients a source saw accepted: sent")
+    resent: int = Field(description="Those a source proves were never accepted: queued again")
+    left: int = Field(description="Those no source could tell: a person's to decide")
+    campaign: CampaignStatus
+
+
 class Recipient(BaseModel):
     email: str
     status: str
@@ -475,6 +496,12 @@ class Recipient(BaseModel):
     reply: str = Field(
         "", description="The last reply in one line: code, enhanced code (once), text"
     )
+    settled_by: str | None = Field(
+        default=None,
+        description="Who settled it once it was unconfirmed: person, relay-log, mailgun, …,"
+        " ses-event, … (issue 41)",
+    )
+    settled_at: datetime | None = Field(default=None, description="When it was settled")
 
 
 class RecipientPage(Page):

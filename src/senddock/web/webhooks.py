@@ -21,7 +21,11 @@ a dashboard session gives it nothing. In order:
   size cap; a certificate is kept in memory once fetched;
 - a valid event is stored with its findings (bounces.store.receive_event) and answered 200
   only after that commit; Postgres unavailable is 503, so the provider sends it again. An
-  event without a bounce or complaint (delivered, opened) is answered 200 and not stored.
+  event without a bounce or complaint (delivered, opened) is answered 200 and not stored;
+- a delivery event (SES Send or Delivery, Mailgun accepted or delivered, SendGrid processed
+  or delivered) that names a job of ours left unconfirmed by a crash confirms it sent, at
+  once (issue 41: bounces.store.confirm_deliveries, recorded as `ses-event`, …). Postmark's
+  Delivery webhook carries only Postmark's own MessageID, so it names no job of ours.
 
 Replay: Mailgun and SendGrid signatures older than 15 minutes are refused; within that
 window the digest makes an exact replay change nothing. Mailgun signs only its timestamp
@@ -61,7 +65,7 @@ from starlette.responses import JSONResponse, Response
 from senddock.bounces import providers
 from senddock.bounces.finding import Finding
 from senddock.bounces.parse import parse
-from senddock.bounces.store import receive_event
+from senddock.bounces.store import confirm_deliveries, receive_event
 from senddock.config import Settings
 from senddock.errors import Invalid
 from senddock.queue.bounces import SoftLimit
@@ -152,6 +156,21 @@ class Webhooks:
     def _fetch(self, url: str) -> bytes:
         return fetch(url, self.hosts, self.settings.sns_ca_file)
 
+    def _confirm(self, source: str, delivered: tuple[str, ...]) -> Response | None:
+        """Issue 41: confirm the unconfirmed jobs a delivery event names; 503 (the provider
+        sends it again) when Postgres cannot take it, else None."""
+        if not delivered:
+            return None
+        try:
+            with self.pool.connection() as conn:
+                n = confirm_deliveries(conn, source, delivered)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("webhook %s: delivery not recorded, asking for a retry: %s", source, exc)
+            return _answer(503, "the database is unavailable: send it again", **BUSY)
+        if n:
+            log.info("webhook %s: %d unconfirmed jobs confirmed sent by delivery events", source, n)
+        return None
+
     def _store(
         self,
         source: str,
@@ -237,6 +256,8 @@ class Webhooks:
         identity = None
         if message.message_id:
             identity = f"{message.topic}\0{message.message_id}".encode("utf-8", "surrogatepass")
+        if busy := self._confirm("ses", message.delivered):
+            return busy
         return self._store("ses", body, message.findings, identity=identity)
 
     async def ses(self, request: Request) -> Response:
@@ -253,6 +274,8 @@ class Webhooks:
         signature = json.loads(body)["signature"]
         token = f"{signature.get('timestamp')}.{signature.get('token')}"
         identity = token.encode("utf-8", "surrogatepass")
+        if busy := self._confirm("mailgun", providers.mailgun_deliveries(event)):
+            return busy
         return self._store("mailgun", body, providers.mailgun_findings(event), identity=identity)
 
     async def mailgun(self, request: Request) -> Response:
@@ -271,6 +294,8 @@ class Webhooks:
 
         def handle(body: bytes) -> Response:
             events = providers.verify_sendgrid(body, signature, timestamp, key)
+            if busy := self._confirm("sendgrid", providers.sendgrid_deliveries(events)):
+                return busy
             return self._store("sendgrid", body, providers.sendgrid_findings(events))
 
         return await self._run(request, handle)

@@ -4,21 +4,22 @@ buttons (send, pause, resume, cancel, retry failed). Every change goes through c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Form
 from starlette.requests import Request
 from starlette.responses import Response
 
 from senddock import campaigns
 from senddock.audience.lists import all_lists
 from senddock.audience.segments import all_segments as saved_segments
+from senddock.campaigns import reconcile
 from senddock.campaigns.audience import preview_count
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.layouts import list_layouts
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
-from senddock.errors import NotFound, SendDockError
+from senddock.errors import Conflict, NotFound, SendDockError
 from senddock.messages.render import address_count
 from senddock.web import queries
 from senddock.web.dashboard.campaign_edit import CampaignForm, campaign_form, send_time
@@ -241,6 +242,42 @@ def confirm(request: Request, campaign_id: int) -> Response:
     def go(conn: Conn) -> str:
         n = campaigns.confirm(conn, campaign_id)
         return f"{n} unconfirmed recipients confirmed sent." if n else "No unconfirmed recipient."
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/reconcile")
+def reconcile_unconfirmed(request: Request, campaign_id: int) -> Response:
+    """Issue 41: ask the configured sources about the unconfirmed recipients."""
+    settings = request.app.state.settings
+
+    def go(conn: Conn) -> str:
+        sources = reconcile.sources_from(settings, (), reconcile.sender_of(conn, campaign_id))
+        done = reconcile.reconcile(conn, campaign_id, sources)
+        return (
+            f"Asked the relay: {done.count('confirmed')} confirmed sent,"
+            f" {done.count('resent')} queued again, {done.count('held')} left"
+            " (no source could tell)."
+        )
+
+    return _act(request, campaign_id, go)
+
+
+@router.post("/campaigns/{campaign_id}/resend-unseen")
+def resend_unseen(
+    request: Request, campaign_id: int, seen: Annotated[int, Form()] = -1
+) -> Response:
+    """Issue 41: the one action for every unconfirmed recipient no source saw: resend them,
+    only if they are still the `seen` the page showed (one more since would go unseen)."""
+
+    def go(conn: Conn) -> str:
+        now = campaigns.status(conn, campaign_id).counts.unconfirmed
+        if now != seen:
+            raise Conflict(
+                f"The unconfirmed recipients changed ({seen} shown, {now} now): look again."
+            )
+        n = campaigns.resend_unconfirmed(conn, campaign_id)
+        return f"{n} unconfirmed recipients no source saw queued again."
 
     return _act(request, campaign_id, go)
 

@@ -72,10 +72,18 @@
             cell(u.id, "num"), cell(u.email),
             cell(u.dot_at ? String(u.dot_at).slice(0, 19).replace("T", " ") : ""),
             cell(u.relay || ""), cell(u.worker_id || ""), cell(u.message_id),
+            cell((u.said || []).map(function (w) { return w.source + ": " + w.said; })
+              .join("; ") || "not asked yet"),
           ].forEach(function (td) { tr.appendChild(td); });
           return tr;
         }));
       }
+      // The one action's count follows what the page shows (issue 41): the server refuses it
+      // if more went unconfirmed since, so nobody is resent unseen.
+      root.querySelectorAll("input[data-value]").forEach(function (el) {
+        var key = el.getAttribute("data-value");
+        if (key in data) el.value = String(data[key]);
+      });
       var box = root.querySelector("[data-chart]");
       if (box && data.chart) box.innerHTML = data.chart;
     },
