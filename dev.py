@@ -6,6 +6,7 @@ Usage: python3 dev.py COMMAND [ARGS...]
   demo [ARGS]      run `senddock demo ARGS` from .venv
   senddock [ARGS]  run the senddock CLI from .venv
   test [ARGS]      run `python -m pytest ARGS` from .venv (in the repo root)
+  test --fast      only the unit and queue tests (FAST in tests/conftest.py), < 2 min
   lint             ruff check, ruff format --check, mypy (in the repo root)
   sync             only create/update .venv (with the dev tools)
   lock [ARGS]      regenerate requirements/*.lock with uv (ARGS go to uv, e.g. --upgrade)
