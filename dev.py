@@ -6,6 +6,7 @@ Usage: python3 dev.py COMMAND [ARGS...]
   demo [ARGS]      run `senddock demo ARGS` from .venv
   senddock [ARGS]  run the senddock CLI from .venv
   test [ARGS]      run `python -m pytest ARGS` from .venv (in the repo root)
+  test --fast      only the unit and queue tests (FAST in tests/conftest.py)
   lint             ruff check, ruff format --check, mypy, lint-imports (in the repo root)
   schema           regenerate db/schema.sql from a freshly migrated database (embedded
                    Postgres, or SENDDOCK_TEST_DATABASE_URL's server, as the tests)
