@@ -138,6 +138,8 @@ CREATE TABLE broadcast_jobs (
     next_dot bigint,
     next_relay text,
     bounce_reason text,
+    settled_by text,
+    settled_at timestamp with time zone,
     CONSTRAINT broadcast_jobs_pkey PRIMARY KEY (id),
     CONSTRAINT broadcast_jobs_bounce_kind_check CHECK (bounce_kind = ANY (ARRAY['hard'::text, 'soft'::text, 'policy'::text, 'complaint'::text])),
     CONSTRAINT broadcast_jobs_bounce_reason_check CHECK (bounce_reason ~ '^[a-z]{1,40}$'::text),
@@ -303,6 +305,18 @@ CREATE TABLE login_attempts (
     CONSTRAINT login_attempts_pkey PRIMARY KEY (key)
 );
 CREATE INDEX login_attempts_window ON public.login_attempts USING btree (window_start);
+
+-- ===== reconcile_notes =====
+CREATE TABLE reconcile_notes (
+    broadcast_id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    source text NOT NULL,
+    said text NOT NULL,
+    detail text DEFAULT ''::text NOT NULL,
+    noted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT reconcile_notes_pkey PRIMARY KEY (broadcast_id, job_id, source),
+    CONSTRAINT reconcile_notes_said_check CHECK (said = ANY (ARRAY['accepted'::text, 'not accepted'::text, 'not seen'::text, 'cannot tell'::text]))
+);
 
 -- ===== schema_migrations =====
 CREATE TABLE schema_migrations (
