@@ -33,8 +33,7 @@ LIMIT %(limit)s OFFSET %(offset)s
 -- name: recipients_page_counted
 -- The same page with how many rows match in all, counted in the page's own snapshot.
 SELECT j.email, j.status, j.failure, j.attempts, j.sent_at, j.message_id,
-       j.last_code, j.last_enhanced, j.last_reply, j.last_stage, j.settled_by, j.settled_at,
-       count(*) OVER () AS full_count
+       j.last_code, j.last_enhanced, j.last_reply, j.last_stage, count(*) OVER () AS full_count, j.settled_by, j.settled_at
 FROM broadcast_jobs j
 WHERE j.broadcast_id = %(b)s
   AND (%(status)s::text IS NULL OR j.status = %(status)s)

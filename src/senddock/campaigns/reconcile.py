@@ -39,10 +39,12 @@ from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
 from senddock.campaigns.provider_search import Asked, Mailgun, Postmark, SendGrid
 from senddock.campaigns.relay_log import RelayLog, Word, judge, read
 from senddock.config import Settings
+from senddock.db import sql
 from senddock.errors import Invalid
 from senddock.queue import Unconfirmed
 
 Conn = psycopg.Connection[dict[str, Any]]
+QUERIES = sql.load(__package__, "reconcile.sql")
 
 # Unconfirmed jobs one run asks about (at most one a session a crash: a few hundred is many).
 MAX_JOBS = 10_000
@@ -189,7 +191,9 @@ def reconcile(conn: Conn, campaign_id: int, sources: Sources, *, apply: bool = T
         c = _campaign(conn, campaign_id)
         assert c.broadcast_id is not None
         held = queue.unconfirmed_jobs(conn, c.broadcast_id, limit=MAX_JOBS)
-        now: datetime = conn.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
+        row = conn.execute(QUERIES["now"]).fetchone()
+        assert row is not None
+        now: datetime = row["now"]
     result = Reconciled(campaign_id, applied=apply)
     if not held:
         return result

@@ -576,7 +576,7 @@ def confirm_unconfirmed(
 def reconcile_unconfirmed(conn: Db, campaign_id: CampaignId, request: Request) -> s.ReconcileDone:
     """Ask the configured sources (the relay's log, providers' searches: SENDDOCK_RECONCILE_…)
     about the unconfirmed recipients: confirm those the relay accepted, send again those it
-    provably never took, keep what each said of the rest (issue 41). 400 with no source."""
+    provably never took, keep what each said of the rest (issue 41). 422 with no source."""
     settings = request.app.state.settings
     sources = reconcile.sources_from(settings, (), reconcile.sender_of(conn, campaign_id))
     done = reconcile.reconcile(conn, campaign_id, sources)
