@@ -70,6 +70,8 @@ def _surfaces(
         "api detail": {k: detail[k] for k in KEYS},
         "api list": {k: listed[k] for k in ("total", "sent", "failed")},
         "dashboard list": {k: int(cells[k]) for k in ("total", "sent", "failed", "cancelled")},
+        # The latest problem, read live, then from the copy the cleaner froze as JSON.
+        "last problem": {"cli": cli["last_problem"], "api detail": detail["last_problem"]},
         "metrics": {
             "sent": metric('senddock_messages{outcome="sent"}'),
             "bounced": metric('senddock_messages{outcome="failed_bounced"}'),
@@ -105,6 +107,9 @@ def test_every_surface_shows_the_same_counts_before_and_after_retention_purges_t
         assert wait_until(sent, timeout=60, every=0.2)
         before = _surfaces(db_url, api, dash, cid, catcher.url)
         expected = {"total": 8, "sent": 7, "failed": 1, "bounced": 1, "pending": 0}
+        problem = before["last problem"]["cli"]
+        assert problem and "550" in problem, before  # the bounce's reply
+        assert before["last problem"]["api detail"] == problem
         for surface, counts in before.items():
             shown = {k: v for k, v in counts.items() if k in expected}
             assert shown == {k: expected[k] for k in shown}, (surface, counts)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from senddock.audience.optin import request_message
+from senddock.audience.optin import Awaiting, request_message
 from senddock.web import auth
 from support import Conn, seed_list, senddock, worker_env
 from test_dashboard import EMAIL, PASSWORD, logged_in
@@ -130,12 +130,14 @@ def test_campaign_create_refuses_a_from_or_reply_to_of_several_mailboxes(
 
 
 def test_a_from_stored_before_the_check_sends_from_its_first_mailbox_only() -> None:
-    row = {
-        "from_addr": "News <news@example.org>, evil@attacker.test",
-        "email": "ada@example.org",
-        "name": "Ada",
-        "list_name": "news",
-    }
+    row = Awaiting(
+        subscriber_id=1,
+        email="ada@example.org",
+        name="Ada",
+        list_id=1,
+        list_name="news",
+        from_addr="News <news@example.org>, evil@attacker.test",
+    )
     data = request_message(row, "https://example.org/confirm/x")
     msg = email.message_from_bytes(data, policy=email.policy.default)
     assert msg["From"] == "News <news@example.org>"

@@ -148,7 +148,7 @@ def check_name(name: str) -> str:
 
 def sign_up(
     conn: Conn, lst: PublicList, address: str, name: str, ip: str, user_agent: str
-) -> list[dict[str, Any]]:
+) -> list[optin.Awaiting]:
     """Apply one sign-up (see the module's table), in one transaction; the confirmation
     request rows to mail (optin.requests), none or one. `address` is already normalized."""
     with conn.transaction():
@@ -177,7 +177,8 @@ def sign_up(
         )
         if opened["status"] != "unconfirmed":
             return []
-        return conn.execute(QUERIES["request_row"], {"subscriber": sid, "list": lst.id}).fetchall()
+        rows = conn.execute(QUERIES["request_row"], {"subscriber": sid, "list": lst.id})
+        return [optin.Awaiting(**r) for r in rows.fetchall()]
 
 
 def confirm(conn: Conn, subscriber_id: int, list_id: int) -> bool:

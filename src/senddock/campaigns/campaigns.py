@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psycopg
 
@@ -45,6 +45,7 @@ from senddock.queue.counts import (
     Counts,
     Failure,
     JobState,
+    Problem,
     count,
     last_problem,
     percent_done,
@@ -306,9 +307,10 @@ def status(
         if c is None:
             raise UnknownCampaign(f"no campaign with id {campaign_id}")
         counts = count(conn, c["broadcast_id"])  # the one count: exact after retention too
-        problem = None
+        problem: Problem | None = None
         if c["final_counts"] is not None:  # its jobs were deleted (retention): frozen before
-            problem = c["final_counts"].get("last_problem")
+            frozen = c["final_counts"].get("last_problem")
+            problem = Problem.of(frozen) if frozen else None
         elif c["broadcast_id"] is not None:
             problem = last_problem(conn, c["broadcast_id"])
         held: list[Unconfirmed] = []
@@ -341,21 +343,41 @@ def status(
     )
 
 
-def reply_line(job: dict[str, Any]) -> str:
+class Replied(Protocol):
+    """A job's last reply, as a recipient row (recipients.RecipientRow) or a broadcast's
+    latest problem (queue.counts.Problem) carries it."""
+
+    @property
+    def last_code(self) -> int | None: ...
+    @property
+    def last_enhanced(self) -> str | None: ...
+    @property
+    def last_reply(self) -> str | None: ...
+    @property
+    def last_stage(self) -> str | None: ...
+
+
+def _part(job: Replied | Mapping[str, Any], key: str) -> Any:
+    # A page a face reads with its own statement (web/queries.py) still hands a row by key.
+    return job.get(key) if isinstance(job, Mapping) else getattr(job, key)
+
+
+def reply_line(job: Replied | Mapping[str, Any]) -> str:
     """`code enhanced reply` of a job's last reply, one line, the enhanced code once (the
     stored text usually begins with it: "250 2.0.0 2.0.0 queued" was shown, issue 35). Every
     surface that shows a reply as text shows this."""
-    reply = " ".join(str(job.get("last_reply") or "").split())
-    enhanced = job.get("last_enhanced")
+    reply = " ".join(str(_part(job, "last_reply") or "").split())
+    enhanced = _part(job, "last_enhanced")
     if enhanced and reply.split(" ", 1)[0] == str(enhanced):
         enhanced = None  # the reply text begins with it already
-    return " ".join(str(p) for p in (job.get("last_code"), enhanced, reply) if p)
+    return " ".join(str(p) for p in (_part(job, "last_code"), enhanced, reply) if p)
 
 
-def reply_summary(job: dict[str, Any]) -> str:
+def reply_summary(job: Replied | Mapping[str, Any]) -> str:
     """`code enhanced reply (stage)` of a job's last reply, whatever of it there is, one line."""
     text = reply_line(job)
-    return f"{text} ({job['last_stage']})" if job.get("last_stage") else text
+    stage = _part(job, "last_stage")
+    return f"{text} ({stage})" if stage else text
 
 
 def _set_running(conn: psycopg.Connection[dict[str, Any]], campaign_id: int, run: bool) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -97,13 +98,36 @@ class Changes:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
 
-def current(conn: Conn, campaign_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Editable:
+    """A campaign's editable fields as stored (bodies included), its layout's and segment's
+    names, and its list ids, in order: what an edit is judged against and its form shows."""
+
+    name: str
+    subject: str
+    from_addr: str
+    reply_to: str | None
+    text_body: str | None
+    html_body: str | None
+    send_at: datetime | None
+    archived_at: datetime | None
+    markdown_body: str | None
+    layout_id: int | None
+    segment_id: int | None
+    audience_filter: str | None
+    layout_name: str | None
+    segment_name: str | None
+    list_ids: tuple[int, ...]
+
+
+def current(conn: Conn, campaign_id: int) -> Editable | None:
     """A campaign's editable fields (bodies included) and list ids as stored; None if there
     is no such campaign."""
-    return conn.execute(QUERIES["fields"], {"c": campaign_id}).fetchone()
+    row = conn.execute(QUERIES["fields"], {"c": campaign_id}).fetchone()
+    return None if row is None else Editable(**{**row, "list_ids": tuple(row["list_ids"])})
 
 
-def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, dict[str, Any]]:
+def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, Editable]:
     c = queue.lock_campaign(conn, campaign_id)
     if c is None:
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
@@ -112,7 +136,7 @@ def _locked(conn: Conn, campaign_id: int) -> tuple[queue.Campaign, dict[str, Any
     return c, row
 
 
-def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
+def _refuse(c: queue.Campaign, row: Editable, changed: list[str]) -> None:
     """CampaignError (409) when `changed` (not only the name) would alter what a broadcast
     sends or is about to send."""
     fixed = [FIELDS.get(f, f) for f in changed if f != "name"]
@@ -126,10 +150,10 @@ def _refuse(c: queue.Campaign, row: dict[str, Any], changed: list[str]) -> None:
             f" (`senddock campaign clone {c.id}`) to send a changed copy",
             field=fixed[0],
         )
-    if row["send_at"] is not None:
+    if row.send_at is not None:
         raise CampaignError(
             f"cannot change the {what} of campaign {c.id}: it is scheduled for"
-            f" {row['send_at'].isoformat()}; unschedule it first"
+            f" {row.send_at.isoformat()}; unschedule it first"
             f" (`senddock campaign schedule {c.id} --clear`)",
             field=fixed[0],
         )
@@ -142,9 +166,9 @@ def derived_text(markdown_body: str | None) -> str | None:
     return html_to_text(bodies(None, None, None, markdown_body)[1] or "")
 
 
-def _new_fields(conn: Conn, row: dict[str, Any], changes: Changes) -> dict[str, Any]:
+def _new_fields(conn: Conn, row: Editable, changes: Changes) -> dict[str, Any]:
     """The stored fields as `changes` leaves them (not yet checked together)."""
-    new = {k: row[k] for k in STORED}
+    new = {k: getattr(row, k) for k in STORED}
     for key in changes.given():
         value = getattr(changes, key)
         if key in REQUIRED and not value.strip():
@@ -158,9 +182,9 @@ def _new_fields(conn: Conn, row: dict[str, Any], changes: Changes) -> dict[str, 
     elif changes.html_body:
         new["markdown_body"] = None
     if (
-        new["markdown_body"] != row["markdown_body"]
+        new["markdown_body"] != row.markdown_body
         and changes.text_body is None
-        and row["text_body"] == derived_text(row["markdown_body"])
+        and row.text_body == derived_text(row.markdown_body)
     ):
         new["text_body"] = None  # derived from the old Markdown: derived again (check_fields)
     if changes.layout is not None:
@@ -189,11 +213,11 @@ def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
     with conn.transaction():
         c, row = _locked(conn, campaign_id)
         new = _new_fields(conn, row, changes)
-        list_ids = list(row["list_ids"])
+        list_ids = list(row.list_ids)
         if changes.lists is not None:
             list_ids = sorted(set(lists_of(conn, changes.lists)))  # UnknownList
-        changed = [k for k, v in new.items() if v != row[k]]
-        if list_ids != list(row["list_ids"]):
+        changed = [k for k, v in new.items() if v != getattr(row, k)]
+        if list_ids != list(row.list_ids):
             changed.append("lists")
         if not changed:
             return []
@@ -213,7 +237,7 @@ def edit(conn: Conn, campaign_id: int, changes: Changes) -> list[str]:
             markdown_body=new["markdown_body"],
         )
         new["text_body"] = chosen.text_body
-        changed = [k for k in changed if k == "lists" or new[k] != row[k]]
+        changed = [k for k in changed if k == "lists" or new[k] != getattr(row, k)]
         conn.execute(QUERIES["update_fields"], {**new, "c": campaign_id})
         if "lists" in changed:
             conn.execute(QUERIES["drop_lists"], {"c": campaign_id})
@@ -226,7 +250,7 @@ def clone(conn: Conn, campaign_id: int, name: str | None = None) -> int:
     named `name` or "NAME (copy)"; its id."""
     with conn.transaction():
         _, row = _locked(conn, campaign_id)
-        new_name = name.strip() if name and name.strip() else f"{row['name']} (copy)"
+        new_name = name.strip() if name and name.strip() else f"{row.name} (copy)"
         check_header("campaign name", new_name, field="name")
         made = conn.execute(QUERIES["clone"], {"c": campaign_id, "name": new_name}).fetchone()
         assert made is not None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TextIO
 
 import psycopg
@@ -42,14 +44,35 @@ def _broadcast_of(conn: Conn, campaign_id: int) -> int:
 
 
 def filtered(broadcast_id: int, status: str | None, pattern: str | None) -> dict[str, Any]:
-    """The parameters of recipients.sql's statements: `status` is a job status or a failure
-    reason (else no filter), `pattern` an ILIKE pattern or None."""
+    """The parameters of recipients.sql's statements, by name as psycopg takes them (not a
+    result): `status` is a job status or a failure reason (else no filter), `pattern` an
+    ILIKE pattern or None."""
     return {
         "b": broadcast_id,
         "status": status if status in JOB_STATUSES else None,
         "failure": status if status in FAILURES else None,
         "q": pattern,
     }
+
+
+@dataclass(frozen=True)
+class RecipientRow:
+    """One recipient of a campaign with its outcome: its job's status (and failure), attempts,
+    when it went, its Message-ID, its last reply (campaigns.reply_line reads it) and, once it
+    was unconfirmed, who settled it and when (issue 41). COLUMNS are its CSV columns."""
+
+    email: str
+    status: str
+    failure: str | None
+    attempts: int
+    sent_at: datetime | None
+    message_id: str
+    last_code: int | None
+    last_enhanced: str | None
+    last_reply: str | None
+    last_stage: str | None
+    settled_by: str | None
+    settled_at: datetime | None
 
 
 def page(
@@ -59,15 +82,34 @@ def page(
     pattern: str | None,
     limit: int,
     offset: int,
-    counted: bool = False,
-) -> list[dict[str, Any]]:
-    """One page of the recipients; with `counted`, each row also has `full_count`."""
+) -> list[RecipientRow]:
+    """One page of the recipients (`status` and `pattern` as in `filtered`)."""
     params = {**filtered(broadcast_id, status, pattern), "limit": limit, "offset": offset}
-    statement = QUERIES["recipients_page_counted" if counted else "recipients_page"]
-    return conn.execute(statement, params).fetchall()
+    return [RecipientRow(**r) for r in conn.execute(QUERIES["recipients_page"], params)]
 
 
-def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Iterator[dict[str, Any]]:
+def counted_page(
+    conn: Conn,
+    broadcast_id: int,
+    status: str | None,
+    pattern: str | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[RecipientRow], int]:
+    """One page of the recipients and how many match in all, counted in the page's own
+    snapshot (past the last page, by a page of one from the start)."""
+    params = {**filtered(broadcast_id, status, pattern), "limit": limit, "offset": offset}
+    rows = conn.execute(QUERIES["recipients_page_counted"], params).fetchall()
+    if not rows and offset:
+        first = {**params, "limit": 1, "offset": 0}
+        total = [r["full_count"] for r in conn.execute(QUERIES["recipients_page_counted"], first)]
+    else:
+        total = [r["full_count"] for r in rows[:1]]
+    found = [RecipientRow(**{k: v for k, v in r.items() if k != "full_count"}) for r in rows]
+    return found, int(total[0]) if total else 0
+
+
+def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Iterator[RecipientRow]:
     """Every recipient of the campaign with its outcome, streamed (a server-side cursor).
 
     `status` is a job status (sent, failed, …) or a failure reason (bounced, exhausted, …).
@@ -79,7 +121,8 @@ def recipients(conn: Conn, campaign_id: int, status: str | None = None) -> Itera
     with conn.transaction(), conn.cursor(name="senddock_recipients") as cur:
         cur.itersize = 2000
         cur.execute(QUERIES["recipients"], params)
-        yield from cur
+        for r in cur:
+            yield RecipientRow(**r)
 
 
 def write_csv(conn: Conn, campaign_id: int, status: str | None, out: TextIO) -> int:
@@ -89,8 +132,9 @@ def write_csv(conn: Conn, campaign_id: int, status: str | None, out: TextIO) -> 
     w.writerow(COLUMNS)
     n = 0
     for r in recipients(conn, campaign_id, status):
-        times = {k: r[k].isoformat() if r[k] else "" for k in ("sent_at", "settled_at")}
-        w.writerow(cells.row(times[k] if k in times else r[k] for k in COLUMNS))
+        times = {"sent_at": r.sent_at, "settled_at": r.settled_at}
+        shown = {k: t.isoformat() if t else "" for k, t in times.items()}
+        w.writerow(cells.row(shown[k] if k in shown else getattr(r, k) for k in COLUMNS))
         n += 1
     return n
 

@@ -293,15 +293,15 @@ def recipients_cmd(campaign_id: int, status: str | None, as_csv: bool) -> None:
             write_recipients_csv(conn, campaign_id, status, sys.stdout)
             return
         for r in campaigns.recipients(conn, campaign_id, status):
-            state = r["status"] + (f"/{r['failure']}" if r["failure"] else "")
-            sent = r["sent_at"].strftime("%Y-%m-%d %H:%M:%S") if r["sent_at"] else "-"
+            state = r.status + (f"/{r.failure}" if r.failure else "")
+            sent = r.sent_at.strftime("%Y-%m-%d %H:%M:%S") if r.sent_at else "-"
             reply = campaigns.reply_summary(r)
             settled = ""
-            if r["settled_by"]:  # issue 41: who settled it once unconfirmed, and when
-                settled = f"  settled by {r['settled_by']} at {iso(r['settled_at'])}"
+            if r.settled_by:  # issue 41: who settled it once unconfirmed, and when
+                settled = f"  settled by {r.settled_by} at {iso(r.settled_at)}"
             click.echo(
-                f"{r['email']}  {state}  attempts {r['attempts']}  sent {sent}"
-                f"  {r['message_id']}" + (f"  last reply: {reply}" if reply else "") + settled
+                f"{r.email}  {state}  attempts {r.attempts}  sent {sent}"
+                f"  {r.message_id}" + (f"  last reply: {reply}" if reply else "") + settled
             )
 
 

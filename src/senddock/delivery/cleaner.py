@@ -43,7 +43,8 @@ async def freeze_one(conn: AsyncConn, days: int) -> int | None:
         # The counters (queue/counts.py) outlive the jobs: the frozen copy is a record of what
         # they said at the purge, with the last problem, whose job goes with the purge.
         counts: dict[str, Any] = (await counts_of_async(conn, [bid]))[bid].as_dict()
-        counts["last_problem"] = await last_problem_async(conn, bid)
+        problem = await last_problem_async(conn, bid)
+        counts["last_problem"] = None if problem is None else problem.as_dict()
         await queue.freeze(conn, bid, counts)
         return bid
 

@@ -235,13 +235,30 @@ def list_workers(conn: psycopg.Connection[dict[str, Any]], lease: float) -> list
 
 
 @dataclass(frozen=True)
+class Death:
+    """One worker process found dead (worker_deaths): which, where, when it last beat, when it
+    was found, why, and the jobs (and broadcasts) it held."""
+
+    id: int
+    worker_id: int
+    host: str
+    pid: int
+    started_at: datetime
+    last_heartbeat: datetime
+    found_at: datetime
+    reason: str
+    jobs_held: int
+    broadcast_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Deaths:
     """Worker processes found dead (all of them, or those that held a broadcast's jobs)."""
 
     count: int
-    last_at: Any  # datetime | None
+    last_at: datetime | None
     last_reason: str | None
-    recent: list[dict[str, Any]]
+    recent: tuple[Death, ...]  # the latest, newest first
 
 
 def deaths(
@@ -250,11 +267,12 @@ def deaths(
     """How many worker deaths (that held `broadcast_id`'s jobs, if given), and the latest."""
     params = {"broadcast_id": broadcast_id, "limit": limit}
     head = conn.execute(QUERIES["death_count"], params).fetchone()
-    recent = conn.execute(QUERIES["deaths"], params).fetchall()
+    rows = conn.execute(QUERIES["deaths"], params).fetchall()
     assert head is not None
+    recent = tuple(Death(**{**r, "broadcast_ids": tuple(r["broadcast_ids"])}) for r in rows)
     return Deaths(
         count=int(head["n"]),
         last_at=head["last_at"],
-        last_reason=recent[0]["reason"] if recent else None,
+        last_reason=recent[0].reason if recent else None,
         recent=recent,
     )

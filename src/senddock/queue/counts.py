@@ -13,7 +13,7 @@ leaves it as it was.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, get_args
 
@@ -213,11 +213,38 @@ def bounced_at_send(conn: Conn, campaign_id: int | None = None) -> dict[int, int
     return {int(r["campaign_id"]): int(r["n"]) for r in rows}
 
 
-def last_problem(conn: Conn, broadcast_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Problem:
+    """A broadcast's latest problem: the newest retry or failed job with a reply, read live
+    (counts.sql last_problem) or from the copy the cleaner froze in `final_counts` as JSON
+    (`as_dict`) before a purge."""
+
+    email: str
+    status: str
+    last_stage: str | None
+    last_code: int | None
+    last_enhanced: str | None
+    last_reply: str | None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Problem:
+        """From a row or its frozen JSON copy (any key a frozen copy lacks is None)."""
+        found: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
+        return cls(**found)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON copy the cleaner freezes."""
+        return asdict(self)
+
+
+def last_problem(conn: Conn, broadcast_id: int) -> Problem | None:
     """The newest retry or failed job of a broadcast that has a reply, or None."""
-    return conn.execute(QUERIES["last_problem"], {"b": broadcast_id}).fetchone()
+    row = conn.execute(QUERIES["last_problem"], {"b": broadcast_id}).fetchone()
+    return None if row is None else Problem.of(row)
 
 
-async def last_problem_async(conn: AsyncConn, broadcast_id: int) -> dict[str, Any] | None:
+async def last_problem_async(conn: AsyncConn, broadcast_id: int) -> Problem | None:
     """`last_problem` on an async connection (the cleaner freezes it before a purge)."""
-    return await (await conn.execute(QUERIES["last_problem"], {"b": broadcast_id})).fetchone()
+    cur = await conn.execute(QUERIES["last_problem"], {"b": broadcast_id})
+    row = await cur.fetchone()
+    return None if row is None else Problem.of(row)

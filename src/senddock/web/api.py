@@ -601,7 +601,7 @@ def campaign_recipients(
 ) -> s.RecipientPage:
     """Who got what: each recipient's outcome, filtered by status or failure, searched."""
     rows, total = queries.recipients_page(conn, campaign_id, status, q, page, per_page)
-    items = [s.Recipient(**r, reply=campaigns.reply_line(r)) for r in rows]
+    items = [s.Recipient(**plain(r), reply=campaigns.reply_line(r)) for r in rows]
     return s.RecipientPage(page=page, per_page=per_page, total=total, items=items)
 
 

@@ -16,7 +16,7 @@ from psycopg import sql as pgsql
 
 from senddock.audience.segment_filter import condition
 from senddock.campaigns import UnknownCampaign
-from senddock.campaigns.recipients import page as recipient_page
+from senddock.campaigns.recipients import RecipientRow, counted_page
 from senddock.db import sql
 from senddock.queue.counts import Counts, counts_of, percent_done, shown_status
 
@@ -161,8 +161,9 @@ def campaign(conn: Conn, campaign_id: int) -> dict[str, Any] | None:
 
 def recipients_page(
     conn: Conn, campaign_id: int, status: str | None, q: str | None, page: int, per_page: int
-) -> tuple[Rows, int]:
-    """One page of a campaign's recipients with their outcome; none before it is sent.
+) -> tuple[list[RecipientRow], int]:
+    """One page of a campaign's recipients with their outcome, and how many match; none
+    before it is sent.
 
     `status` is a job status (sent, failed, …) or a failure reason (bounced, exhausted, …).
     """
@@ -171,14 +172,8 @@ def recipients_page(
         raise UnknownCampaign(f"no campaign with id {campaign_id}")
     if row["broadcast_id"] is None:
         return [], 0
-    bid, pattern = row["broadcast_id"], like(q)
-    rows = recipient_page(conn, bid, status, pattern, per_page, (page - 1) * per_page, True)
-
-    def count() -> int:
-        first = recipient_page(conn, bid, status, pattern, 1, 0, True)
-        return int(first[0]["full_count"]) if first else 0
-
-    return _total(rows, count)
+    bid, offset = row["broadcast_id"], (page - 1) * per_page
+    return counted_page(conn, bid, status, like(q), per_page, offset)
 
 
 def rate(conn: Conn, broadcast_id: int) -> int:

@@ -125,12 +125,12 @@ def _stored(conn: Conn, campaign_id: int) -> tuple[CampaignDetail, dict[str, Any
         "from_addr": c.from_addr,
         "reply_to": c.reply_to or "",
         "send_at": shown_time(c.send_at),
-        "text_body": row["text_body"] or "",
-        "html_body": row["html_body"] or "",
-        "markdown_body": row["markdown_body"] or "",
-        "layout": row["layout_name"] or NO_LAYOUT,
-        "segment": row["segment_name"] or "",
-        "filter": row["audience_filter"] or "",
+        "text_body": row.text_body or "",
+        "html_body": row.html_body or "",
+        "markdown_body": row.markdown_body or "",
+        "layout": row.layout_name or NO_LAYOUT,
+        "segment": row.segment_name or "",
+        "filter": row.audience_filter or "",
     }
     return c, form
 

@@ -17,6 +17,7 @@ from senddock.campaigns import reconcile
 from senddock.campaigns.audience import preview_count
 from senddock.campaigns.campaigns import FAILURES, JOB_STATUSES
 from senddock.campaigns.layouts import list_layouts
+from senddock.campaigns.recipients import RecipientRow
 from senddock.campaigns.recipients import page as recipients_page
 from senddock.campaigns.workers import send_warning
 from senddock.errors import Conflict, NotFound, SendDockError
@@ -151,7 +152,7 @@ def campaign_page(
         if about is None:
             return not_found(request, f"There is no campaign {campaign_id}.")
         state = live_state(conn, campaign_id, request.app.state.settings.lease_seconds)
-        rows: list[dict[str, Any]] = []
+        rows: list[RecipientRow] = []
         if about["broadcast_id"]:
             rows = recipients_page(
                 conn, about["broadcast_id"], shown or None, like(q), at.limit, at.offset

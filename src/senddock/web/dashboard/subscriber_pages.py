@@ -94,7 +94,7 @@ def add_subscriber(
     return redirect(f"/subscribers/{sid}")
 
 
-def asked_to_confirm(request: Request, rows: list[dict[str, Any]], email: str) -> str:
+def asked_to_confirm(request: Request, rows: Waiting, email: str) -> str:
     """Mail the confirmation request of each membership that waits for one (`rows`, from
     optin.waiting: a double opt-in list, as `subscribers add` and the API do), with no
     database connection held, and say how each went: '' when none waits. A relay that refuses
@@ -187,7 +187,7 @@ def edit_subscriber(
     return redirect(f"/subscribers/{subscriber_id}")
 
 
-Waiting = list[dict[str, Any]]
+Waiting = list[optin.Awaiting]
 
 
 def _membership(
