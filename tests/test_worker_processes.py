@@ -175,3 +175,38 @@ def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
         (children[0], "worker process killed by SIGKILL")
     ]
     assert sorted(catcher.count_by_rcpt()) == sorted(emails)
+
+
+# A worker forked from the supervisor imports everything before it installs its handlers
+# (runtime.run_worker); this stands in for that: slow, holding nothing, no handler of its own.
+STARTING = """
+import sys, time
+from senddock.delivery import processes
+
+def work() -> int:
+    time.sleep(20)
+    return 3  # never reached: asked to stop first
+
+sys.exit(processes.run_processes(2, work))
+"""
+
+
+def test_a_stop_while_workers_are_still_starting_ends_the_command_with_0() -> None:
+    """SIGTERM reaching workers that hold nothing yet is a clean stop, not a death by signal:
+    before, they died of it and `senddock worker` exited 15 (seen in the chaos suite)."""
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", STARTING], env=env)
+    try:
+        assert wait_until(lambda: len(_kids(proc.pid)) == 2, 20)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _kids(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []

@@ -139,8 +139,18 @@ def _child(parent: int, work: Callable[[], int], beats: int) -> int:
     # Its own session: a Ctrl-C at the terminal reaches the parent alone, which forwards it
     # once (a second signal would make the child exit without finishing).
     os.setsid()
-    _default_signals()
+    # Until `work` installs its own handlers (runtime.run_worker, before any claim), a stop
+    # finds nothing held: exit 0 at once, as a worker stopped between jobs does. A replacement
+    # worker imports everything first, long enough for a stop to land there (SIG_DFL made
+    # its exit -15, the command's 15).
+    for sig in FORWARDED:
+        signal.signal(sig, _stopped_before_work)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     return work()
+
+
+def _stopped_before_work(signum: int, frame: FrameType | None) -> None:
+    os._exit(0)
 
 
 def _worker_child(parent: int, work: Callable[[], int], beats: int, others: list[int]) -> None:
