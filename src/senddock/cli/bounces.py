@@ -19,11 +19,12 @@ from senddock.bounces.poll import Mailbox, envelope_to, poll_once
 from senddock.bounces.store import findings
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns import compose
-from senddock.cli.common import Fail, current_database, db, first_line, settings
+from senddock.cli.common import Fail, current_database, db, settings
 from senddock.config import Settings
 from senddock.db import connect
 from senddock.queue import bounces as effects
 from senddock.queue.counts import bounced_at_send
+from senddock.startup import first_line
 from senddock.views import dumps
 from senddock.words import plural
 

@@ -1,11 +1,11 @@
 """What every command shares: its settings, its database, its one-line error, its --help
-epilog. Loaded by the root, so it imports nothing but click at import time: `senddock worker`'s
-supervisor runs on this module and must not load what a worker loads (psycopg, pydantic, the
-services). settings() and db() import what they use when called."""
+epilog. Loaded by the root, so it imports nothing but click (and senddock/startup.py, the
+checks without click, which it wraps) at import time: `senddock` must not load the service
+layer for a command that does not use it. settings() and db() import what they use when
+called."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from senddock import startup
+from senddock.startup import first_line
 
 if TYPE_CHECKING:
     import psycopg
@@ -28,28 +31,20 @@ class Fail(click.ClickException):
         return " ".join(self.message.split())
 
 
-@functools.cache
+@contextmanager
+def failing() -> Iterator[None]:
+    """Turn the checks' BadSetup (senddock/startup.py) into a Fail, its cause kept."""
+    try:
+        yield
+    except startup.BadSetup as exc:
+        raise Fail(str(exc)) from exc.__cause__
+
+
 def settings() -> Settings:
     """The settings of this command, read from the environment once and checked; every part
     of the command is handed this one object."""
-    from pydantic import ValidationError
-
-    from senddock.bounces.verp import ReturnPath
-    from senddock.config import SmtpTarget, load
-
-    try:
-        s = load()
-        SmtpTarget.parse(s.smtp_url)
-        s.backoff  # noqa: B018  (parse the schedule now, not mid-broadcast)
-        s.proxies  # noqa: B018
-        if s.bounce_domain:
-            ReturnPath.parse(s.bounce_domain)
-    except (ValidationError, ValueError) as exc:
-        raise Fail(f"bad configuration: {exc}") from exc
-    from senddock.audience import addresses  # here: the root loads no service package
-
-    addresses.configure(s.allow_reserved_domains)
-    return s
+    with failing():
+        return startup.settings()
 
 
 @contextmanager
@@ -81,29 +76,8 @@ def db(require_schema: bool = True) -> Iterator[psycopg.Connection[dict[str, Any
 
 def current_database(s: Settings) -> str:
     """The database URL, once the database is reachable and its schema current; else Fail."""
-    import psycopg
-
-    from senddock.db import check_current, connect, database_url
-    from senddock.errors import SendDockError
-
-    try:
-        url = database_url(s)
-        with connect(url) as conn:
-            check_current(conn)
-    except psycopg.OperationalError as exc:
-        raise Fail(f"cannot reach the database: {first_line(exc)}") from exc
-    except psycopg.ProgrammingError as exc:  # connect() took its password out
-        raise Fail(f"bad SENDDOCK_DATABASE_URL: {first_line(exc)}") from exc
-    except SendDockError:  # the schema is not current: main() says so
-        raise
-    except Exception as exc:  # the embedded server failed to start
-        raise Fail(f"cannot start the embedded database: {first_line(exc)}") from exc
-    return url
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    with failing():
+        return startup.current_database(s)
 
 
 def read_file(path: str | None, what: str) -> str | None:

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import signal
 import sys
-from types import FrameType
 from typing import Any
 
 import click
 
-from senddock.cli.common import first_line
-from senddock.errors import SendDockError
-from senddock.redaction import redact
+from senddock import startup
 
 log = logging.getLogger("senddock")
 
@@ -62,42 +58,13 @@ class LazyGroup(click.Group):
         return found
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM during a command: exit as a signal would, but through Python's exit, so the
-    embedded Postgres's cleanup (atexit) still stops it and forgets this process."""
-    raise SystemExit(128 + signum)
-
-
-SECRET_URLS = ("SENDDOCK_DATABASE_URL", "SENDDOCK_SMTP_URL")
-
-
-def _secret(text: str) -> str:
-    """`text` with the passwords of the configured URLs (and of any URL in it) hidden."""
-    return redact(text, *(os.environ.get(name, "") for name in SECRET_URLS))
-
-
-class _Redacting(logging.Formatter):
-    """Log lines, tracebacks included, with every password replaced by ***."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return _secret(super().format(record))
-
-
-def _setup_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
-    if verbose:  # our own details, tracebacks included (they are logged at DEBUG)
-        logging.getLogger("senddock").setLevel(logging.DEBUG)
-
-
 @click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.version_option(package_name="senddock", prog_name="senddock")
 @click.option("-v", "--verbose", is_flag=True, help="Log what SendDock does, with tracebacks.")
 def cli(verbose: bool) -> None:
     """SendDock: email broadcasts that survive the process dying at any moment."""
-    _setup_logging(verbose)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    startup.setup_logging(verbose)
+    signal.signal(signal.SIGTERM, startup.exit_on_sigterm)
 
 
 def main() -> None:
@@ -106,7 +73,7 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("senddock: aborted", err=True)
+        click.echo(startup.ABORTED, err=True)
         sys.exit(130)
     except click.UsageError as exc:
         # One line, with the command to get help, instead of click's usage block.
@@ -116,16 +83,9 @@ def main() -> None:
     except click.ClickException as exc:
         if exc.__cause__ is not None:  # shown with -v: what the one line below summarises
             log.debug("the cause of the error below", exc_info=exc.__cause__)
-        click.echo(f"senddock: error: {_secret(' '.join(exc.format_message().split()))}", err=True)
+        message = " ".join(exc.format_message().split())
+        click.echo(f"senddock: error: {startup.secret(message)}", err=True)
         sys.exit(exc.exit_code)
-    except SendDockError as exc:  # what a service refused, with the reason, on one line
-        log.debug("the error below", exc_info=exc)
-        click.echo(f"senddock: error: {_secret(exc.message)}", err=True)
-        sys.exit(1)
-    except Exception as exc:  # the last guard: one line, and a traceback only with -v
-        log.debug("unexpected error", exc_info=True)
-        click.echo(
-            f"senddock: internal error: {_secret(first_line(exc))} (run with -v for details)",
-            err=True,
-        )
+    except Exception as exc:  # what a service refused (a SendDockError), or the last guard
+        click.echo(startup.error_line(exc), err=True)
         sys.exit(1)

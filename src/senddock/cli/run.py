@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from senddock.cli.common import WEB, WORKER, current_database, epilog, settings
+from senddock import startup
+from senddock.cli.common import WEB, WORKER, current_database, epilog, failing, settings
 from senddock.words import plural
 
 if TYPE_CHECKING:
@@ -42,31 +43,6 @@ DEMO_EPILOG = (
     "Settings (environment): SENDDOCK_DATABASE_URL and SENDDOCK_SMTP_URL, when set, are used"
     " instead of the demo's own embedded Postgres and SMTP catcher."
 )
-
-
-def startup_block(command: str, s: Settings, senders: str) -> str:
-    """What a long-running command is about to use, for stderr: relays, limits, senders,
-    database and public URL, with a warning for each setting left at a default that only
-    suits a test machine. Passwords are never shown."""
-    from senddock import config
-    from senddock.db.connect import default_data_dir
-
-    rows = config.describe(s)
-    if not s.database_url:
-        rows[-1] = ("database", f"embedded Postgres in {default_data_dir(s) / 'pgdata'}")
-    rows += [("senders", senders), ("public URL", s.public_url)]
-    lines = [f"senddock {command}: starting"]
-    lines += [f"  {label:<12}{text}" for label, text in rows]
-    if config.defaulted(s, "smtp_url"):
-        lines.append(
-            f"  warning: SENDDOCK_SMTP_URL is not set; sending to the default {s.smtp_url}"
-        )
-    if config.defaulted(s, "public_url"):
-        lines.append(
-            "  warning: SENDDOCK_PUBLIC_URL is not set; unsubscribe links in messages point to"
-            f" {s.public_url}, which subscribers cannot reach"
-        )
-    return "\n".join(lines)
 
 
 def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
@@ -111,12 +87,8 @@ def worker_cmd(concurrency: int, processes: int | None) -> None:
 
 def _check_worker(concurrency: int, processes: int) -> Settings:
     """The settings, once they and the database are checked; what the worker will use, told."""
-    s = settings()
-    current_database(s)
-    each = plural(concurrency, "SMTP session")
-    senders = f"{each} in each of {plural(processes, 'process', 'processes')}"
-    click.echo(startup_block("worker", s, senders), err=True)
-    return s
+    with failing():
+        return startup.check_worker(concurrency, processes)
 
 
 def _prepare_worker(concurrency: int, processes: int) -> None:
@@ -216,7 +188,7 @@ def serve_cmd(
         if no_workers
         else f"{plural(concurrency, 'SMTP session')} in this process"
     )
-    click.echo(startup_block("serve", s, senders), err=True)
+    click.echo(startup.startup_block("serve", s, senders), err=True)
     click.echo(f"  listening   http://{host}:{port}", err=True)
     proxies = ", ".join(s.proxies) or "none (X-Forwarded-For is ignored)"
     click.echo(f"  proxies     {proxies}", err=True)
