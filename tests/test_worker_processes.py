@@ -17,6 +17,11 @@ CONCURRENCY = 3
 # Native libraries that every worker loads and a supervisor needs none of (Pydantic, psycopg,
 # the event loop, Jinja2): /proc/PID/maps names them once they are imported.
 WORKER_LIBRARIES = ("_pydantic_core", "psycopg_binary", "uvloop", "markupsafe")
+# What neither the supervisor nor its workers load: the command line. Pure Python, so maps
+# cannot tell: PYTHONPROFILEIMPORTTIME makes each interpreter list its imports on stderr, after
+# a header it writes once, when it starts.
+COMMAND_LINE = ("click", "senddock.cli")
+IMPORT_TIMES = "import time: self [us] | cumulative | imported package"
 
 
 def _start(env: dict[str, str], log: Path, processes: int | None) -> subprocess.Popen[bytes]:
@@ -138,6 +143,19 @@ def _libraries(pid: int) -> set[str]:
     return {name for name in WORKER_LIBRARIES if name in maps}
 
 
+def _said(log: Path) -> str:
+    """The log without its import times."""
+    lines = log.read_text().splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("import time:"))
+
+
+def _imported_by_the_last_interpreter(log: Path) -> set[str]:
+    """What the last interpreter started in the log imported, and every process forked from it
+    (each module once: a fork lists only its own): the supervisor `senddock worker` execs."""
+    lines = log.read_text().rsplit(IMPORT_TIMES, 1)[-1].splitlines()
+    return {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+
+
 def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
     conn: Conn, db_url: str, catcher: Catcher, tmp_path: Path
 ) -> None:
@@ -146,25 +164,24 @@ def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
     log = tmp_path / "parent.log"
     argv = [sys.executable, "-m", "senddock", "-v", "worker", "--processes", "2"]
     argv += ["--concurrency", str(CONCURRENCY)]
+    env = worker_env(db_url, catcher.url, PYTHONPROFILEIMPORTTIME="1")
     with open(log, "ab") as out:
-        parent = subprocess.Popen(
-            argv, env=worker_env(db_url, catcher.url), stdout=out, stderr=subprocess.STDOUT
-        )
+        parent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        assert wait_until(lambda: len(_children(conn)) == 2, 30), log.read_text()
+        assert wait_until(lambda: len(_children(conn)) == 2, 30), _said(log)
         children = _children(conn)
-        assert wait_until(lambda: campaign_done(conn, cid), 60), log.read_text()
+        assert wait_until(lambda: campaign_done(conn, cid), 60), _said(log)
         # The children loaded what they send with (forked by a launcher that loaded it once,
         # then adopted); the parent, through it all, none of it.
         assert all(_parent_of(pid) == parent.pid for pid in children)
         assert all(_libraries(pid) == set(WORKER_LIBRARIES) for pid in children)
-        assert _libraries(parent.pid) == set(), log.read_text()
+        assert _libraries(parent.pid) == set(), _said(log)
         # And it supervises as before: a child killed is written down and replaced.
         os.kill(children[0], signal.SIGKILL)
         assert wait_until(
             lambda: children[0] not in _children(conn) and len(_children(conn)) == 2, 30
-        ), log.read_text()
-        assert _libraries(parent.pid) == set(), log.read_text()
+        ), _said(log)
+        assert _libraries(parent.pid) == set(), _said(log)
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(30) == 0
     finally:
@@ -175,6 +192,12 @@ def test_the_supervisor_loads_nothing_a_worker_needs_and_still_supervises(
         (children[0], "worker process killed by SIGKILL")
     ]
     assert sorted(catcher.count_by_rcpt()) == sorted(emails)
+    # The command line parsed the options and made way for the supervisor: neither it, nor a
+    # worker, nor the replacement, nor the death note ever imported click.
+    imported = _imported_by_the_last_interpreter(log)
+    cli = {m for m in imported if any(m == p or m.startswith(p + ".") for p in COMMAND_LINE)}
+    assert cli == set()
+    assert {"senddock.delivery.processes", "senddock.runtime"} <= imported  # theirs, listed
 
 
 # A worker forked from the supervisor imports everything before it installs its handlers

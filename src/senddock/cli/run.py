@@ -1,28 +1,22 @@
 """Long-running commands: `worker`, `serve`, `demo`.
 
-Each imports what it runs inside its own body, so that `senddock worker`'s supervisor does
-not load the web app, and `senddock serve` not the demo.
+Each imports what it runs inside its own body, so that `senddock worker` does not load the web
+app, and `senddock serve` not the demo. `senddock worker` with more than one process replaces
+itself with its supervisor (senddock/supervisor.py), which runs without click.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import signal
-import socket
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import click
 
 from senddock import startup
 from senddock.cli.common import WEB, WORKER, current_database, epilog, failing, settings
 from senddock.words import plural
-
-if TYPE_CHECKING:
-    from senddock.config import Settings
 
 # `senddock worker` without flags: one process per core (at most this many), each with
 # DEFAULT_CONCURRENCY SMTP sessions. The cap keeps a big machine from opening more sessions to
@@ -64,72 +58,27 @@ def _exit_after_shutdown(signum: int, frame: FrameType | None) -> None:
     help=f"Worker processes, each with --concurrency SMTP sessions (0: one per core)."
     f"  [default: one per core, at most {MAX_AUTO_PROCESSES}]",
 )
-def worker_cmd(concurrency: int, processes: int | None) -> None:
+@click.pass_context
+def worker_cmd(ctx: click.Context, concurrency: int, processes: int | None) -> None:
     """Send queued messages until SIGTERM or SIGINT (both finish what is in flight)."""
-    from senddock.delivery import processes as supervisor  # the standard library alone
-
     processes = default_processes(processes)
     if processes == 1:
-        s = _check_worker(concurrency, processes)
+        with failing():
+            s = startup.check_worker(concurrency, processes)
         from senddock.db import database_url
         from senddock.runtime import run_worker
 
         sys.exit(run_worker(s, database_url(s), concurrency))
-    # This process, the supervisor, imports nothing a worker needs: the checks and imports, the
-    # workers and the death notes run in forked children (delivery/processes.py).
-    prepare = functools.partial(_prepare_worker, concurrency, processes)
-    work = functools.partial(_worker_process, concurrency)
-    code = supervisor.run_processes(processes, work, prepare=prepare, note=_note_exit)
-    with contextlib.suppress(SystemExit):  # it said why; the workers' code is the answer
-        supervisor.in_child(_release_embedded, at_exit=True)
-    sys.exit(code)
+    # More than one: this process becomes the supervisor, a new program that imports the
+    # standard library alone (not click, nor this module), so that it and every worker forked
+    # from it carry none of the command line (senddock/supervisor.py).
+    from senddock import supervisor
 
-
-def _check_worker(concurrency: int, processes: int) -> Settings:
-    """The settings, once they and the database are checked; what the worker will use, told."""
-    with failing():
-        return startup.check_worker(concurrency, processes)
-
-
-def _prepare_worker(concurrency: int, processes: int) -> None:
-    """In the launcher: the checks, and what every worker imports, loaded once for all."""
-    _check_worker(concurrency, processes)
-    import senddock.runtime  # noqa: F401
-
-    with contextlib.suppress(ImportError):
-        import uvloop  # noqa: F401
-
-
-def _worker_process(concurrency: int) -> int:
-    """One worker process under the supervisor: its exit code."""
-    from senddock.db import database_url
-    from senddock.runtime import run_worker
-
-    s = settings()
-    return run_worker(s, database_url(s), concurrency)
-
-
-def _release_embedded() -> None:
-    """Join the embedded Postgres, if that is the database, so that this process's exit stops
-    it when no other process uses it (as a single worker's exit does)."""
-    from senddock.db import database_url
-
-    s = settings()
-    if not s.database_url:
-        database_url(s)
-
-
-def _note_exit(pid: int, started: str, reason: str) -> None:
-    """Write down how a worker process ended, for its death record (delivery/rescuer.py)."""
-    import psycopg
-
-    from senddock.db import database_url
-    from senddock.delivery.rescuer import Identity, note_exit
-
-    ident = Identity(socket.gethostname(), "", pid, started)
-    url = database_url(settings())
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-        note_exit(conn, ident, reason)
+    verbose = bool(ctx.find_root().params.get("verbose"))
+    argv = supervisor.command(processes, concurrency, verbose=verbose)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
 
 
 @click.command("demo", epilog=DEMO_EPILOG)
