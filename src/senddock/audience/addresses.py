@@ -2,7 +2,9 @@
 
 email-validator decides; a fast path gives the same answer for the common shape
 (an ASCII dot-atom local part at a domain already judged), which makes a million-row
-import spend its time in the database rather than here.
+import spend its time in the database rather than here. It is imported where it judges, not
+with this module: every process's settings check configures this module, and a worker that
+only sends judges no address.
 
 Reserved domains (issue 22, part 8): an address under a name no public mail server delivers
 to is refused with that reason, unless SENDDOCK_ALLOW_RESERVED_DOMAINS is set (internal relays
@@ -18,8 +20,6 @@ from __future__ import annotations
 
 import functools
 import re
-
-from email_validator import EmailNotValidError, validate_email
 
 from senddock.errors import Invalid
 
@@ -83,6 +83,8 @@ def _slow(address: str, field: str = "email") -> str:
 
 
 def _valid(candidate: str, address: str, field: str) -> str:
+    from email_validator import EmailNotValidError, validate_email
+
     try:
         return validate_email(candidate, check_deliverability=False).normalized
     except EmailNotValidError as exc:
@@ -91,6 +93,8 @@ def _valid(candidate: str, address: str, field: str) -> str:
 
 def _domain(domain: str) -> str | None:
     if domain not in _domains:
+        from email_validator import EmailNotValidError, validate_email
+
         if len(_domains) >= _DOMAIN_CACHE:
             _domains.clear()
         try:

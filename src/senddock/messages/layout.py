@@ -10,20 +10,22 @@ escaped by the HTML sandbox like any HTML body's.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jinja2 import TemplateSyntaxError, Undefined
-from markdown_it import MarkdownIt
 
 from senddock.messages.html_text import _JINJA, html_to_text
 from senddock.messages.render import TemplateProblem, strict_sandbox
 
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+
 # Where a layout takes the body: `{{ content }}` (whitespace control allowed, no filters).
 SLOT = re.compile(r"\{\{-?\s*content\s*-?\}\}")
-# CommonMark with raw HTML off; links to javascript:, vbscript: and file: are not made links.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False})
 _SYNTAX = strict_sandbox(Undefined, autoescape=False)  # parses only, for the line numbers
 
 
@@ -44,6 +46,15 @@ def splice(layout: str, body: str) -> str:
     return SLOT.sub(lambda _m: body, layout)
 
 
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """CommonMark with raw HTML off; links to javascript:, vbscript: and file: are not made
+    links. Loaded on first use: a worker that sends no Markdown campaign never needs it."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False})
+
+
 def markdown_to_html(source: str) -> str:
     """The HTML template of a Markdown template: tags kept as written, raw HTML escaped."""
     kept: list[str] = []
@@ -53,7 +64,7 @@ def markdown_to_html(source: str) -> str:
         kept.append(m.group(0))
         return f"{mark}n{len(kept) - 1}z"
 
-    html = _MARKDOWN.render(_JINJA.sub(set_aside, source))
+    html = _markdown().render(_JINJA.sub(set_aside, source))
     return re.sub(mark + r"n(\d+)z", lambda m: kept[int(m.group(1))], html)
 
 
