@@ -3,7 +3,7 @@
 The parent, the supervisor, imports the standard library alone (this module and
 senddock/supervisor.py, the program `senddock worker` execs once click has read its options):
 it sends nothing, so it holds none of what a worker needs (Pydantic, psycopg, Jinja2, the event
-loop: about 45 MB of a worker's 55 MB), and no worker forked from it holds the command line.
+loop: about 30 MB of a worker's 43 MB), and no worker forked from it holds the command line.
 What needs them runs in forked children. A launcher runs `prepare` once (the configuration and
 the database checked, a bad one said in one line; the worker's imports loaded), forks the first
 workers and exits: they share its pages, and the supervisor, their subreaper, adopts them. A
