@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+import forkserver
 from senddock.audience.lists import ensure_list
 from senddock.campaigns import broadcast, create_campaign
 from senddock.campaigns.broadcast import enqueue_all
@@ -155,15 +155,9 @@ def worker_env(url: str, smtp_url: str, **extra: str) -> dict[str, str]:
 def senddock(
     env: dict[str, str], *args: str, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real `senddock` command line."""
-    return subprocess.run(
-        [sys.executable, "-m", "senddock", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """Run the real `senddock` command line, in a process of its own forked from a process
+    that has imported it already (tests/forkserver.py)."""
+    return forkserver.run(args, env, timeout=timeout)
 
 
 def start_worker(

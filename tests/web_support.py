@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+import forkserver
 from support import senddock, worker_env
 
 
@@ -41,7 +42,7 @@ def free_ports(n: int) -> list[int]:
 class Server:
     """One `senddock serve` subprocess; its output goes to `log`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(self, proc: forkserver.Forked, url: str, log: Path) -> None:
         self.proc = proc
         self.url = url
         self.log = log
@@ -60,11 +61,11 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                return self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(10)
-        return int(self.proc.returncode)
+                return self.proc.wait(10)
+        return self.proc.wait()
 
     def __enter__(self) -> Server:
         return self
@@ -87,12 +88,10 @@ def start_server(
     port = port or free_port()
     full_env = worker_env(db_url, smtp_url, **(env or {}))
     log = Path(tempfile.mkstemp(prefix="senddock-serve-", suffix=".log")[1])
-    cmd = [sys.executable, "-m", "senddock", "-v", "serve", "--port", str(port), *args]
+    cmd = ["-v", "serve", "--port", str(port), *args]
     if not workers:
         cmd.append("--no-workers")
-    out = log.open("ab")
-    proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
-    out.close()
+    proc = forkserver.popen(cmd, full_env, log)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -117,15 +116,8 @@ def make_token(db_url: str, name: str = "test") -> str:
 
 def make_admin(db_url: str, email: str, password: str) -> None:
     """A dashboard admin made by `senddock admin create` (password on stdin)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "senddock", "admin", "create", "--email", email],
-        env=worker_env(db_url, "smtp://127.0.0.1:1"),
-        input=password + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = worker_env(db_url, "smtp://127.0.0.1:1")
+    done = forkserver.run(["admin", "create", "--email", email], env, input=password + "\n")
     assert done.returncode == 0, done.stderr
 
 
