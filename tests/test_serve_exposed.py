@@ -375,3 +375,15 @@ def test_eighty_sign_ins_in_flight_leave_the_api_answering(
     )
     assert median < 1.0, times
     assert statuses.get(429, 0) > 0  # the queue of checks was full: refused before hashing
+
+
+def test_a_sign_in_as_nobody_checks_a_hash_as_costly_as_an_admins() -> None:
+    """An unknown address is checked against a fixed hash so that it takes as long as a known
+    one: that hash must carry the hasher's own parameters (a cheaper one would tell an attacker
+    which addresses are admins), and no password opens it."""
+    from senddock.web import auth
+
+    hashed = auth._DUMMY_HASH
+    assert not auth._hasher.check_needs_rehash(hashed)
+    assert hashed.startswith("$argon2id$")
+    assert not auth.verify_password(hashed, "")
