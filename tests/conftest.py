@@ -14,17 +14,22 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import forkserver
 from crash_support import Fleet, Handbacks, fleet_for
 from senddock.audience import addresses
 from senddock.db import connect, migrate
 from senddock.db.embedded import EmbeddedPostgres
 from senddock.testing import Catcher
+from senddock.testing.workers import WorkerProcess
 from support import Conn
 
 # The tests' addresses are at reserved domains (.test, …), refused by default (issue 22, part 8):
 # every `senddock` the tests start, and this process, accept them.
 os.environ["SENDDOCK_ALLOW_RESERVED_DOMAINS"] = "1"
 addresses.configure(True)
+
+# Every `senddock worker` the tests start through WorkerProcess is forked by the fork server.
+WorkerProcess.starter = forkserver.start
 
 TABLES = (
     "broadcast_jobs, broadcast_counts, broadcasts, campaigns, list_memberships, lists,"

@@ -279,6 +279,11 @@ def popen(
     return Forked(req)
 
 
+def start(args: list[str], env: dict[str, str], log: Path | None, own: bool) -> Forked:
+    """A WorkerProcess.starter: `senddock ARGS` forked, its output appended to `log`."""
+    return popen(args, env, log or Path(os.devnull), new_session=own)
+
+
 def run(
     args: tuple[str, ...] | list[str],
     env: dict[str, str],

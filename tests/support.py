@@ -22,7 +22,7 @@ from senddock.config import Settings
 from senddock.db import connect
 from senddock.runtime import build_worker
 from senddock.testing import Catcher, Fault
-from senddock.testing.workers import WorkerProcess
+from senddock.testing.workers import Process, WorkerProcess
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -160,9 +160,7 @@ def senddock(
     return forkserver.run(args, env, timeout=timeout)
 
 
-def start_worker(
-    env: dict[str, str], concurrency: int = 5, log: Path | None = None
-) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], concurrency: int = 5, log: Path | None = None) -> Process:
     """Start a real `senddock worker` process (one: `senddock worker` alone runs one a core)."""
     return WorkerProcess.start(env, log=log, concurrency=concurrency).popen
 

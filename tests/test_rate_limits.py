@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from senddock.delivery.link import Link
 from senddock.delivery.ratelimit import RateLimiter
 from senddock.testing import Catcher
 from senddock.testing.catcher import Received
+from senddock.testing.workers import Process
 from support import Conn, send_campaign, start_worker, wait_until, worker_env
 
 
@@ -39,7 +39,7 @@ def _per_window(received: list[Received], length: float) -> list[int]:
     return [counts[w] for w in range(min(counts), max(counts) + 1)]
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _stop(procs: list[Process]) -> None:
     for p in procs:
         p.terminate()
     for p in procs:

@@ -5,7 +5,6 @@ What each server received is counted at the server; what each job was charged, i
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from crash_support import addresses, campaign_done
 from senddock.config import SmtpTarget
 from senddock.delivery.servers import ServerPool
 from senddock.testing import Catcher
+from senddock.testing.workers import Process
 from support import Conn, jobs, send_campaign, senddock, start_worker, wait_until, worker_env
 
 
@@ -26,7 +26,7 @@ def other() -> Iterator[Catcher]:
         yield c
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: Process) -> None:
     proc.terminate()
     try:
         assert proc.wait(30) == 0

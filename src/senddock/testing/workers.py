@@ -11,18 +11,57 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 # A worker at -v, so its log says what it rescued and why it stopped.
-WORKER = [sys.executable, "-m", "senddock", "-v", "worker"]
+WORKER = ["-v", "worker"]
+
+
+class Process(Protocol):
+    """What a started process gives: subprocess.Popen's part that WorkerProcess uses."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+
+# How to start `senddock ARGS`: (args, env, log or None, own session) -> the process.
+Starter = Callable[[list[str], dict[str, str], Path | None, bool], Process]
+
+
+def interpreter(args: list[str], env: dict[str, str], log: Path | None, own: bool) -> Process:
+    """`python -m senddock ARGS` in a new interpreter, its output appended to `log`."""
+    with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "senddock", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=own,
+        )
 
 
 @dataclass(eq=False)
 class WorkerProcess:
     """One `senddock worker` subprocess (with `processes` > 1, the supervisor of that many)."""
 
-    popen: subprocess.Popen[bytes]
+    popen: Process
     name: str
     log: Path | None
     env: dict[str, str]
@@ -31,6 +70,9 @@ class WorkerProcess:
     started: float = field(default_factory=time.monotonic)
     # Killed or stopped by whoever started it, not dead on its own.
     ended_on_purpose: bool = False
+    # How every WorkerProcess is started: a new interpreter; the tests fork theirs from a
+    # process that has imported senddock already (tests/forkserver.py).
+    starter: ClassVar[Starter] = interpreter
 
     @classmethod
     def start(
@@ -45,16 +87,8 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Start it with `env`, its output appended to `log` (None: discarded). `own_session`:
         in a session of its own, so a Ctrl-C at the terminal reaches only its starter."""
-        cmd = [*WORKER, "--processes", str(processes), "--concurrency", str(concurrency)]
-        with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:
-            popen = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=own_session,
-            )
+        args = [*WORKER, "--processes", str(processes), "--concurrency", str(concurrency)]
+        popen = WorkerProcess.starter(args, env, log, own_session)
         return cls(popen, name, log, env, concurrency, processes)
 
     @property
