@@ -267,6 +267,9 @@ def popen(
 ) -> Forked:
     """Start `senddock ARGS` with `env`, its stdout appended to `out` (its stderr too, unless
     `err`)."""
+    for path in (out, err):  # there at once, as subprocess.Popen's parent opens them
+        if path is not None and str(path) != os.devnull:
+            path.touch(exist_ok=True)
     req = Request(
         tuple(args),
         dict(env),
