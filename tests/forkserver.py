@@ -189,6 +189,7 @@ class Server:
                 cls._address = os.path.join(folder, "s")
                 cls._proc = subprocess.Popen(
                     [sys.executable, __file__, cls._address],
+                    cwd="/",  # each command is given its own
                     stdout=subprocess.PIPE,
                     stdin=subprocess.DEVNULL,
                     text=True,
