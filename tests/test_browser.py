@@ -269,7 +269,7 @@ def test_jobs_turning_unconfirmed_show_on_an_open_campaign_page_without_a_reload
             "document.querySelectorAll('[data-unconfirmed-jobs] tr').length === 2"
         )
         rows = page.locator("[data-unconfirmed-jobs] tr").all_inner_texts()
-        # The sentence and the one resend button ("Resend the 2 that no source saw") both say it.
+        # The sentence and the one resend button ("Resend the 2 still unconfirmed") both say it.
         counts = page.locator("[data-unconfirmed] [data-field=unconfirmed]").all_inner_texts()
         browser.close()
     assert counts == ["2", "2"]

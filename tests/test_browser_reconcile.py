@@ -38,7 +38,7 @@ def test_the_campaign_page_asks_the_relay_then_resends_the_ones_no_source_saw(
     chromium_path: str, conn: Conn, db_url: str, providers: Providers
 ) -> None:
     """Three unconfirmed: "Ask the relay" confirms the one Mailgun saw accepted; the table
-    shows "mailgun: not seen" for the other two; "Resend the 2 that no source saw" (a form
+    shows "mailgun: not seen" for the other two; "Resend the 2 still unconfirmed" (a form
     with the CSRF token) queues them again and the campaign ends sent, each of the two with a
     second copy at the server and the seen one with one. A POST without the token is refused.
     (Fails without the page's reconcile and resend-unseen actions.)"""
@@ -84,8 +84,8 @@ def test_the_campaign_page_asks_the_relay_then_resends_the_ones_no_source_saw(
                 assert forged.status == 403
                 assert status(conn, cid).counts.unconfirmed == 2
 
-                page.get_by_role("button", name="Resend the 2 that no source saw").click()
-                page.get_by_text("2 unconfirmed recipients no source saw queued again").wait_for()
+                page.get_by_role("button", name="Resend the 2 still unconfirmed").click()
+                page.get_by_text("2 unconfirmed recipients queued again").wait_for()
                 page.wait_for_selector(".heading [data-status=sent]")
                 browser.close()
         finally:

@@ -268,8 +268,10 @@ def reconcile_unconfirmed(request: Request, campaign_id: int) -> Response:
 def resend_unseen(
     request: Request, campaign_id: int, seen: Annotated[int, Form()] = -1
 ) -> Response:
-    """Issue 41: the one action for every unconfirmed recipient no source saw: resend them,
-    only if they are still the `seen` the page showed (one more since would go unseen)."""
+    """Issue 41: the one action for every recipient still unconfirmed (after "Ask the relay":
+    those no source saw): resend them, only if they are still the `seen` the page showed (one
+    more since would go unseen). The button says "still unconfirmed", not "that no source saw",
+    because it is there before any source was asked too."""
 
     def go(conn: Conn) -> str:
         now = campaigns.status(conn, campaign_id).counts.unconfirmed
@@ -278,7 +280,7 @@ def resend_unseen(
                 f"The unconfirmed recipients changed ({seen} shown, {now} now): look again."
             )
         n = campaigns.resend_unconfirmed(conn, campaign_id)
-        return f"{n} unconfirmed recipients no source saw queued again."
+        return f"{n} unconfirmed recipients queued again."
 
     return _act(request, campaign_id, go)
 
