@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -103,8 +105,16 @@ def test_a_drained_campaign_with_unconfirmed_jobs_waits_for_a_decision_on_every_
     badge = f'data-status="{WAITING}"'
     with server.client(follow_redirects=False) as http:
         assert log_in(http).status_code == 303
-        assert badge in http.get("/").text
-        assert badge in http.get(f"/campaigns/{cid}").text
+        listing = http.get("/").text
+        assert badge in listing
+        # Issue 41: the list says how many wait for a decision, and leads to them.
+        link = re.search(
+            rf'<a class="sub decide" href="/campaigns/{cid}#unconfirmed"[^>]*>', listing
+        )
+        assert link is not None and "hidden" not in link.group(0), listing
+        assert '<span data-field="unconfirmed">1</span> unconfirmed: decide' in listing
+        page = http.get(f"/campaigns/{cid}").text
+        assert badge in page and 'id="unconfirmed"' in page
 
     # The decision ends it: confirmed, the campaign is sent, and every surface says so.
     cli(db_url, "campaign", "confirm", str(cid))
@@ -112,6 +122,10 @@ def test_a_drained_campaign_with_unconfirmed_jobs_waits_for_a_decision_on_every_
     assert (st["status"], st["state"], st["sent"], st["unfinished"]) == ("sent", "sent", 3, 0)
     with server.client(make_token(db_url, "second")) as api:
         assert api.get(f"/api/v1/campaigns/{cid}").json()["state"] == "sent"
+    with server.client(follow_redirects=False) as http:
+        assert log_in(http).status_code == 303
+        link = re.search(r'<a class="sub decide"[^>]*>', http.get("/").text)
+        assert link is not None and " hidden" in link.group(0)  # nothing left to decide
 
 
 def test_a_campaign_with_work_left_and_no_live_worker_says_so(
@@ -148,6 +162,13 @@ def test_a_worker_silent_past_the_lease_is_called_dead_at_once_on_every_surface(
 ) -> None:
     """Two registered workers, no live peer to bury either: one beat 1 s ago, one 16 s ago
     (the lease is 15 s). The second is dead on the CLI, the API and the workers page."""
+    # A lease is counted from the later of a worker's last beat and Postgres's start: on a
+    # server younger than 16 s nobody can be dead yet (run alone, this test comes that early).
+    row = conn.execute(
+        "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8 AS age"
+    ).fetchone()
+    assert row is not None
+    time.sleep(max(0.0, 17.0 - float(row["age"])))
     conn.execute(
         "INSERT INTO workers (host, boot_id, pid, pid_started, concurrency, heartbeat_at)"
         " VALUES ('a.example', 'b', 1, 's', 5, now() - interval '1 second'),"

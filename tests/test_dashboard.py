@@ -194,6 +194,7 @@ def test_campaign_streams_push_exact_counts(server: Server, conn: Conn) -> None:
                 "cancelled": 0,
                 "done": 1,
                 "percent": 33,
+                "unconfirmed": 0,
             }
         ]
         name, one = first_event(http, f"/events/campaigns/{cid}")

@@ -34,7 +34,18 @@ from senddock.web.dashboard.views import Page, db, render
 log = logging.getLogger("senddock.web.dashboard")
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
 
-CAMPAIGN_KEYS = ("id", "status", "state", "total", "sent", "failed", "cancelled", "done", "percent")
+CAMPAIGN_KEYS = (
+    "id",
+    "status",
+    "state",
+    "total",
+    "sent",
+    "failed",
+    "cancelled",
+    "done",
+    "percent",
+    "unconfirmed",
+)
 # Keep-alive comments, so proxies do not close a quiet stream.
 PING_SECONDS = 15
 # On shutdown, streams get this long to end cleanly before they are cut.
