@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+import forkserver
 from senddock.bounces.store import receive
 from senddock.testing import Catcher
 from senddock.testing.catcher import Fault
@@ -171,18 +172,9 @@ def test_admin_create_refuses_short_passwords_and_token_create_prints_only_the_t
 ) -> None:
     env = worker_env(db_url, "smtp://127.0.0.1:1")
     import subprocess
-    import sys
 
     def admin(password: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "senddock", "admin", "create", "--email", "b@example.org"],
-            env=env,
-            input=password,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return forkserver.run(["admin", "create", "--email", "b@example.org"], env, input=password)
 
     for bad in ("", "short\n"):
         r = admin(bad)

@@ -21,6 +21,7 @@ import click
 import httpx
 import pytest
 
+import forkserver
 from senddock.cli import cli
 from senddock.db.embedded import pg_ctl
 from senddock.redaction import hide_password
@@ -288,15 +289,8 @@ def test_token_list_never_shows_a_token_and_revoke_refuses_it_at_once(
 
 
 def admin(env: dict[str, str], *args: str, password: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "senddock", "admin", *args],
-        env=env,
-        input=password + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """`senddock admin ARGS`, the password on stdin (forked: tests/forkserver.py)."""
+    return forkserver.run(["admin", *args], env, input=password + "\n")
 
 
 def test_admin_list_remove_and_password_change_who_can_log_in(conn: Conn, db_url: str) -> None:
