@@ -17,7 +17,7 @@ import secrets
 import signal
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -44,6 +44,11 @@ from support import Conn, jobs, paced, send_campaign, unfinished, wait_until, wo
 CONCURRENCY = 5
 # Short liveness settings so a missed boot rescue is caught by the next sweep within seconds.
 LIVENESS = {"SENDDOCK_LEASE_SECONDS": "6", "SENDDOCK_HEARTBEAT_INTERVAL": "0.5"}
+
+
+def holds_a_claim(conn: Conn, wid: int) -> Callable[[], bool]:
+    """Whether worker `wid` holds a job right now (a `sending` row under its id)."""
+    return lambda: bool(held_by(conn, wid))
 
 
 def settled(conn: Conn, bid: int) -> bool:
@@ -84,6 +89,10 @@ def test_worker_killed_three_times_mid_send_loses_nobody(
         assert proc.alive()
         assert catcher.received_count() > before
         assert unfinished(conn, bid) > 0
+        # ... while it holds a claim: near the end, what is left may all be jobs rescued into
+        # a short backoff, and a fast worker idles until they are due (a kill then tests
+        # nothing; it failed this test once in CI-like runs).
+        assert wait_until(holds_a_claim(conn, wid), 30), f"worker {wid} never claimed"
         proc.kill()
         left = held_at_death(conn, proc, wid, handbacks)
         assert left, "the kill landed while the worker held no claim"

@@ -304,6 +304,10 @@ def run_processes(
                     prepare()  # raises in the launcher: its caller reports it and exits
                 _trim_heap()  # what `prepare` left, before the workers inherit it
                 gc.freeze()  # what it loaded stays shared: the workers' collector skips it
+                # Blocked again across the forks: a worker takes a stop only once its own
+                # handler is in (_child); until then (its adoption may take a while) a
+                # SIGTERM waits, and is not a death by signal (the command's exit 15).
+                signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
                 for i, (_, write_end) in enumerate(pipes):
                     pid = os.fork()
                     if pid == 0:
