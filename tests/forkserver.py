@@ -184,6 +184,8 @@ class Server:
     def start(cls) -> None:
         """Start it, if it is not running, and return at once (it imports for a second)."""
         with cls._lock:
+            if cls._proc is None:  # the first start: one exit hook for every later one
+                atexit.register(cls._stop)
             if cls._proc is None or cls._proc.poll() is not None:
                 folder = tempfile.mkdtemp(prefix="sdfork")
                 cls._address = os.path.join(folder, "s")
@@ -195,7 +197,6 @@ class Server:
                     text=True,
                 )
                 cls._ready = False
-                atexit.register(cls._stop)
 
     @classmethod
     def address(cls) -> str:
@@ -323,7 +324,9 @@ def _read(path: Path) -> str:
     """A stream as `text=True` gives it: decoded, with universal newlines."""
     if not path.exists():
         return ""
-    return path.read_bytes().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    # Strict, as subprocess's text mode: a command that wrote bytes that are not UTF-8 fails
+    # the test here too, rather than pass with replacement characters.
+    return path.read_bytes().decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 if __name__ == "__main__":
