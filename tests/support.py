@@ -165,6 +165,17 @@ def start_worker(env: dict[str, str], concurrency: int = 5, log: Path | None = N
     return WorkerProcess.start(env, log=log, concurrency=concurrency).popen
 
 
+def server_older_than_a_lease(conn: Conn, lease: float = 15.0) -> None:
+    """Wait until the Postgres server has run longer than a lease. A worker's lease counts from
+    the later of its last heartbeat and the server's start, so on a younger server no worker,
+    however old its heartbeat, is dead yet: a test about a dead one, run first, waits here."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8 AS age"
+    ).fetchone()
+    assert row is not None
+    time.sleep(max(0.0, lease + 2.0 - float(row["age"])))
+
+
 def db(url: str) -> Conn:
     return connect(url)
 

@@ -25,6 +25,7 @@ from support import (
     paced,
     seed_list,
     senddock,
+    server_older_than_a_lease,
     wait_until,
     worker_env,
 )
@@ -225,6 +226,7 @@ def test_send_with_no_live_worker_warns_that_nothing_will_be_sent(
     seed_list(conn, "news", ["ada@example.com"])
     first, second = created(env, tmp_path), created(env, tmp_path)
     # A worker that died without deregistering: its row is there, its heartbeat is old.
+    server_older_than_a_lease(conn)  # only then is it dead
     conn.execute(
         "INSERT INTO workers (host, boot_id, pid, pid_started, concurrency, heartbeat_at)"
         " VALUES ('gone', '', 1, '', 5, now() - interval '1 hour')"

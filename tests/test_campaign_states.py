@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import psycopg
@@ -28,7 +27,7 @@ from senddock.delivery.outcome import Reply, Transition
 from senddock.queue import Dot, Outcome
 from senddock.queue.counts import WAITING
 from senddock.web import auth
-from support import Conn, jobs, send_campaign, senddock, worker_env
+from support import Conn, jobs, send_campaign, senddock, server_older_than_a_lease, worker_env
 from test_dashboard import EMAIL, PASSWORD, log_in
 from web_support import ServerFactory, make_token, servers
 
@@ -162,13 +161,7 @@ def test_a_worker_silent_past_the_lease_is_called_dead_at_once_on_every_surface(
 ) -> None:
     """Two registered workers, no live peer to bury either: one beat 1 s ago, one 16 s ago
     (the lease is 15 s). The second is dead on the CLI, the API and the workers page."""
-    # A lease is counted from the later of a worker's last beat and Postgres's start: on a
-    # server younger than 16 s nobody can be dead yet (run alone, this test comes that early).
-    row = conn.execute(
-        "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8 AS age"
-    ).fetchone()
-    assert row is not None
-    time.sleep(max(0.0, 17.0 - float(row["age"])))
+    server_older_than_a_lease(conn)  # b.example can be dead only then
     conn.execute(
         "INSERT INTO workers (host, boot_id, pid, pid_started, concurrency, heartbeat_at)"
         " VALUES ('a.example', 'b', 1, 's', 5, now() - interval '1 second'),"
