@@ -454,6 +454,7 @@ CREATE TABLE workers (
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     stopping boolean DEFAULT false NOT NULL,
     exit_reason text,
+    dot_log text,
     CONSTRAINT workers_pkey PRIMARY KEY (id)
 );
 

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     # `lease_seconds` (database clock) and whose lock is free is dead.
     heartbeat_interval: float = 2.0
     lease_seconds: float = 15.0
+    # Where each worker process keeps its dot log (delivery/dotlog.py): which final dot each
+    # sender was about to write, read by a rescuer on the same host so that a job whose dot
+    # never went is not left `unconfirmed`. Empty: /dev/shm/senddock-UID (else the temporary
+    # folder); `off`: none (every job marked for its dot is unconfirmed after a crash).
+    dot_log_dir: str = ""
     # Replies about us in a row (per worker process) before a broadcast pauses.
     sender_fault_limit: int = Field(default=3, ge=1)
     # A job sent back this many times by replies about us fails as rejected.

@@ -33,6 +33,7 @@ from psycopg import AsyncConnection
 
 from senddock import queue
 from senddock.db import sql
+from senddock.delivery import dotlog
 from senddock.delivery.maintainer import Service
 from senddock.delivery.processes import process_start
 from senddock.delivery.state import Lease
@@ -41,6 +42,7 @@ AsyncConn = AsyncConnection[dict[str, Any]]
 
 LOCK_CLASS = 0x5344  # first key of every worker's advisory lock; the second is the worker id
 QUERIES = sql.load(__package__, "rescuer.sql")
+log = logging.getLogger("senddock.worker")
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,7 @@ class Identity:
     @classmethod
     def current(cls) -> Identity:
         pid = os.getpid()
-        return cls(socket.gethostname(), _boot_id(), pid, process_start(pid) or "")
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+        return cls(socket.gethostname(), dotlog.boot_id(), pid, process_start(pid) or "")
 
 
 def process_alive(pid: int, started: str) -> bool:
@@ -71,7 +66,9 @@ def process_alive(pid: int, started: str) -> bool:
     return now is not None and (not started or now == started)
 
 
-async def register(conn: AsyncConn, me: Identity, concurrency: int) -> int:
+async def register(
+    conn: AsyncConn, me: Identity, concurrency: int, dot_log: Path | None = None
+) -> int:
     """Insert this worker's row and take its lock on `conn` (which must stay open)."""
     cur = await conn.execute(
         QUERIES["register"],
@@ -81,6 +78,7 @@ async def register(conn: AsyncConn, me: Identity, concurrency: int) -> int:
             "pid": me.pid,
             "pid_started": me.pid_started,
             "concurrency": concurrency,
+            "dot_log": None if dot_log is None else str(dot_log),
         },
     )
     row = await cur.fetchone()
@@ -138,7 +136,8 @@ async def sweep(
     `judge_lapses=False`: the caller was itself cut off from the database within the last
     lease, so a peer's lapsed heartbeat proves nothing yet; only the same-host rule applies.
     `hold`: a job whose final dot went becomes unconfirmed (SENDDOCK_UNCONFIRMED=hold), not a
-    retry.
+    retry; the dot logs of the dead that ran on this host say which dots did not go
+    (delivery/dotlog.py), so their jobs go back to retry instead.
     """
     cur = await conn.execute(QUERIES["peers"], {"cls": LOCK_CLASS, "me": me})
     known_dead: list[int] = []
@@ -155,19 +154,40 @@ async def sweep(
             )
         ):
             known_dead.append(int(peer["id"]))
+    logs: list[dotlog.Read] = []
     async with conn.transaction():
         buried: list[int] = []
+        logged: dict[int, frozenset[tuple[int, int]]] = {}
         if known_dead or lapsed:
             cur = await conn.execute(
                 QUERIES["bury"], {"known_dead": known_dead, "lapsed": lapsed, "lease": lease}
             )
-            buried = [int(r["id"]) for r in await cur.fetchall()]
+            for r in await cur.fetchall():
+                buried.append(int(r["id"]))
+                # Read only once buried by this transaction: no other rescuer acts on it now.
+                read = _dot_log(r, ident)
+                if read is not None:
+                    logs.append(read)
+                    logged[int(r["id"])] = read.dots
+                    log.info(
+                        "worker %s's dot log read: its senders were at the final dots of %d jobs",
+                        r["id"],
+                        len(read.dots),
+                    )
         cur = await conn.execute(QUERIES["unknown_owners"])
         owners = [int(r["id"]) for r in await cur.fetchall() if r["id"] is not None]
-        return await queue.rescue(conn, sorted(set(buried) | set(owners)), hold=hold)
+        n = await queue.rescue(conn, sorted(set(buried) | set(owners)), hold=hold, logged=logged)
+    for read in logs:
+        dotlog.remove(read.path)
+    return n
 
 
-log = logging.getLogger("senddock.worker")
+def _dot_log(row: dict[str, Any], ident: Identity) -> dotlog.Read | None:
+    """The dot log of a worker just buried, if it ran on this host in this boot and its log
+    can be trusted (delivery/dotlog.py)."""
+    if row["dot_log"] is None or row["host"] != ident.host or row["boot_id"] != ident.boot_id:
+        return None
+    return dotlog.read_dead(str(row["dot_log"]), str(row["boot_id"]), int(row["pid"]))
 
 
 class Rescuer(Service):

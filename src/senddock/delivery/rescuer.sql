@@ -4,9 +4,10 @@
 
 -- name: register
 -- A worker process's row: who it is, in a form a peer on the same host can check (hostname,
--- boot id, pid and the pid's start time). Its heartbeat starts at now(), the database clock.
-INSERT INTO workers (host, boot_id, pid, pid_started, concurrency)
-VALUES (%(host)s, %(boot_id)s, %(pid)s, %(pid_started)s, %(concurrency)s)
+-- boot id, pid and the pid's start time) and where it keeps its dot log (0033). Its heartbeat
+-- starts at now(), the database clock.
+INSERT INTO workers (host, boot_id, pid, pid_started, concurrency, dot_log)
+VALUES (%(host)s, %(boot_id)s, %(pid)s, %(pid_started)s, %(concurrency)s, %(dot_log)s)
 RETURNING id
 
 -- name: heartbeat
@@ -50,15 +51,18 @@ WHERE j.status = 'sending' AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = 
 
 -- name: bury
 -- Declare dead, and write down each death with what it held (worker_deaths: `campaign status`,
--- the dashboard and /metrics show them). For a lease lapse the age is checked again in the same
--- statement, so a heartbeat that landed since the look keeps the worker alive. The reason is the
--- one its supervisor or its own last words left (`exit_reason`), else how it was found dead.
+-- the dashboard and /metrics show them); each with where it kept its dot log, which the caller
+-- reads if the worker ran on its host (delivery/dotlog.py). For a lease lapse the age is
+-- checked again in the same statement, so a heartbeat that landed since the look keeps the
+-- worker alive. The reason is the one its supervisor or its own last words left
+-- (`exit_reason`), else how it was found dead.
 WITH buried AS (
     DELETE FROM workers w
     WHERE w.id = ANY(%(known_dead)s::bigint[])
        OR (w.id = ANY(%(lapsed)s::bigint[])
            AND senddock_heartbeat_age(w.heartbeat_at) > %(lease)s)
-    RETURNING w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.exit_reason
+    RETURNING w.id, w.host, w.boot_id, w.pid, w.started_at, w.heartbeat_at, w.exit_reason,
+              w.dot_log
 ), held AS (
     SELECT j.owner, count(*) AS n, array_agg(DISTINCT j.broadcast_id) AS broadcast_ids
     FROM broadcast_jobs j
@@ -77,7 +81,7 @@ WITH buried AS (
            coalesce(h.n, 0), coalesce(h.broadcast_ids, '{}')
     FROM buried b LEFT JOIN held h ON h.owner = b.id
 )
-SELECT id FROM buried
+SELECT id, host, boot_id, pid, dot_log FROM buried
 
 -- name: last_words
 -- A worker that stops on an error it cannot outlast says why before it deregisters: its row

@@ -40,6 +40,7 @@ import psycopg
 
 from senddock import queue
 from senddock.config import Settings, SmtpTarget
+from senddock.delivery.dotlog import DotLog, NoDotLog
 from senddock.delivery.link import Link, Stopped, one_line
 from senddock.delivery.outcome import SENDER_STAGES, Reply, Verdict, judge, transition
 from senddock.delivery.ratelimit import LONG_WAIT, UNMETERED, Permit
@@ -93,6 +94,7 @@ class Sender:
         messages: Messages,
         tally: Tally,
         recorder: Recorder,
+        dots: DotLog | NoDotLog | None = None,
     ) -> None:
         self.index = index
         self.settings = settings
@@ -103,6 +105,8 @@ class Sender:
         self.messages = messages
         self.tally = tally
         self.recorder = recorder
+        # The process's dot log: this sender's slot names each job whose final dot is next.
+        self.dots = dots or NoDotLog()
         self.db = Link(url, control.stopping.is_set)
         # One session per server this sender has used; each message picks its server.
         self.sessions: dict[str, SmtpSession] = {}
@@ -320,6 +324,9 @@ class Sender:
         )
         marked.add_done_callback(_retrieved)
         before_dot = functools.partial(self._dot_may_go, marked)
+        # Then, right before the write that carries the dot, this sender's slot in the dot log
+        # names the job (delivery/dotlog.py): a rescuer on this host can tell the dot went.
+        at_dot = functools.partial(self.dots.note, self.index, job.id, job.attempts)
         assert staged.data is not None  # `_stage` rendered it
         try:
             return await session.send(
@@ -328,6 +335,7 @@ class Sender:
                 staged.data,
                 before_dot=before_dot,
                 then=then,
+                at_dot=at_dot,
             )
         except DotRefused:
             session.close()  # in its DATA: hang up, never send that dot

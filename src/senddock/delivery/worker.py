@@ -17,7 +17,7 @@ from psycopg import sql as pgsql
 from senddock import queue
 from senddock.config import Settings, SmtpTarget
 from senddock.db import sql
-from senddock.delivery import processes, rescuer
+from senddock.delivery import dotlog, processes, rescuer
 from senddock.delivery.link import Link
 from senddock.delivery.maintainer import Maintainer, Service
 from senddock.delivery.ratelimit import RateLimiter
@@ -127,6 +127,8 @@ class Worker:
                 limiter = RateLimiter(t, self.permits, self.control.stopping)
                 self.relays.limiters[t.name] = limiter
         self.hb = Link(url, self.control.stopping.is_set)
+        # Made at `run()`, in the process that sends (a supervisor forks workers first).
+        self.dots: dotlog.DotLog | dotlog.NoDotLog = dotlog.NoDotLog()
         # The process's background duties: its own two here, the rest added by its composer
         # (senddock/runtime.py: rescuer, finisher, cleaner, scheduler, enqueuers, imports).
         self.maintainer = Maintainer(url, self.control.stopping.is_set)
@@ -145,7 +147,9 @@ class Worker:
 
     async def _register(self) -> None:
         conn = await self.hb.conn()
-        self.lease.worker_id = await rescuer.register(conn, self.ident, self.concurrency)
+        self.lease.worker_id = await rescuer.register(
+            conn, self.ident, self.concurrency, self.dots.path
+        )
         self.lease.acknowledged = time.monotonic()
         self.lease.declared_dead = False
 
@@ -180,17 +184,22 @@ class Worker:
             messages=self.messages,
             tally=self.tally,
             recorder=recorder,
+            dots=self.dots,
         )
 
     async def run(self) -> int:
         """Run until stop(); return the process exit code."""
         Alarm.install()
+        folder = dotlog.directory(self.settings.dot_log_dir)
+        self.dots = dotlog.DotLog.create(folder, self.concurrency) or dotlog.NoDotLog()
         await self._register()
         conn = await self.hb.conn()
         hold = self.settings.unconfirmed == "hold"
         n = await rescuer.sweep(
             conn, self.lease.worker_id, self.ident, self.lease.seconds, hold=hold
         )
+        # After the rescue at boot, which reads the dot logs of this host's dead workers.
+        dotlog.remove_stale(folder, keep=self.dots.path)
         log.info(
             "worker %s started with %d senders; rescued %d jobs at boot",
             self.lease.worker_id,
@@ -225,6 +234,7 @@ class Worker:
             recording.cancel()
             await asyncio.gather(recording, return_exceptions=True)
             log.info("recorded %d outcomes in %d commits", recorder.written, recorder.groups)
+        deregistered = False
         try:
             # Bounded: with the database gone, peers (or our replacement) will rescue instead.
             async with asyncio.timeout(10):
@@ -232,6 +242,7 @@ class Worker:
                 await self.hb.retrying(
                     lambda c: rescuer.deregister(c, self.lease.worker_id, failed)
                 )
+                deregistered = True
         except TimeoutError:
             log.warning(
                 "could not deregister worker %s: database unreachable", self.lease.worker_id
@@ -239,6 +250,8 @@ class Worker:
         finally:
             await self.hb.close()
             await self.permits.close()
+            # Deregistered, it holds nothing left to rescue; else its rescuer reads the log.
+            self.dots.close(remove=deregistered)
         log.info("worker %s stopped after %d messages sent", self.lease.worker_id, self.tally.sent)
         return 1 if failed else 0
 

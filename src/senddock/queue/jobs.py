@@ -78,7 +78,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -693,12 +693,31 @@ async def release_orphans(conn: AsyncConn, owner: int, held: list[int]) -> int:
     return cur.rowcount
 
 
-async def rescue(conn: AsyncConn, dead: list[int], *, hold: bool = True) -> int:
+async def rescue(
+    conn: AsyncConn,
+    dead: list[int],
+    *,
+    hold: bool = True,
+    logged: Mapping[int, Collection[tuple[int, int]]] | None = None,
+) -> int:
     """Return the jobs of dead owners as suspects, or (`hold`) those whose dot went as
-    unconfirmed (jobs.sql, rescue); the number rescued."""
+    unconfirmed (jobs.sql, rescue); the number rescued.
+
+    `logged`: for the dead owners whose dot log was read (delivery/dotlog.py), the (job id,
+    attempt) of each final dot they were about to write: a marked job of theirs not among them
+    never had its dot written."""
     if not dead:
         return 0
-    params = {"dead": dead, "alone_limit": SUSPECT_DEATHS, "hold": hold}
+    logged = logged or {}
+    went = [dot for dots in logged.values() for dot in dots]
+    params = {
+        "dead": dead,
+        "alone_limit": SUSPECT_DEATHS,
+        "hold": hold,
+        "logged": sorted(logged),
+        "went_ids": [job for job, _ in went],
+        "went_attempts": [attempt for _, attempt in went],
+    }
     cur = await conn.execute(QUERIES["rescue"], params)
     return cur.rowcount
 

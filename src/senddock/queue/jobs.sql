@@ -419,14 +419,26 @@ WHERE j.owner = %(owner)s AND j.status = 'sending' AND NOT (j.id = ANY(%(held)s:
 -- held as its suspect is charged the death alone (`alone_deaths`); charged SUSPECT_DEATHS times
 -- it fails as rejected, never tried again, so a job that kills every worker that takes it
 -- cannot retry forever (invariant 2's reason), and no other job pays.
+-- A dead owner whose dot log was read (`logged`, delivery/dotlog.py: it ran on the rescuer's
+-- host) names the (job, attempt) of each final dot it was about to write (`went_*`): a marked
+-- job of its not named there never had its dot written, and goes back as the unmarked do.
 WITH dead AS (
-    SELECT j.id, (j.dot_at IS NOT NULL OR c.at IS NOT NULL) AND %(hold)s AS dotted,
+    SELECT j.id, m.marked AND %(hold)s AND NOT m.never_went AS dotted, m.never_went,
            coalesce(j.dot_at, c.at) AS dot_at, coalesce(j.dot_relay, c.relay) AS dot_relay,
            j.suspect_claim AND j.alone_deaths + 1 >= %(alone_limit)s AS poison
     FROM broadcast_jobs j
     -- A mark carried by the previous outcome of the job's session (a `sent` row of the same
     -- owner written since this claim: a mark from an earlier claim does not count).
     LEFT JOIN LATERAL senddock_carried_mark(j.id, j.owner, j.claimed_at) c ON true
+    CROSS JOIN LATERAL (SELECT j.dot_at IS NOT NULL OR c.at IS NOT NULL AS marked) k
+    CROSS JOIN LATERAL (
+        SELECT k.marked,
+               k.marked AND j.owner = ANY(%(logged)s::bigint[]) AND NOT EXISTS (
+                   SELECT 1 FROM unnest(%(went_ids)s::bigint[], %(went_attempts)s::int[])
+                                 AS w(id, attempt)
+                   WHERE w.id = j.id AND w.attempt = j.attempts
+               ) AS never_went
+    ) m
     WHERE j.status = 'sending' AND j.owner = ANY(%(dead)s::bigint[])
 )
 UPDATE broadcast_jobs j
@@ -452,6 +464,9 @@ SET status        = CASE WHEN d.dotted THEN 'unconfirmed'
                          WHEN d.poison
                          THEN 'worker died while sending this job (' || (j.alone_deaths + 1)
                               || ' times, as its only suspect); not sent again'
+                         WHEN d.never_went
+                         THEN 'worker ' || j.owner || ' died before the final dot went'
+                              || ' (its dot log shows it never did); attempt given back'
                          ELSE 'worker ' || j.owner
                               || ' died while holding this job; attempt given back' END,
     updated_at    = now()

@@ -234,6 +234,7 @@ class SmtpSession:
         message: bytes,
         before_dot: Callable[[], Awaitable[None]] | None = None,
         then: Callable[[], tuple[str, str] | None] | None = None,
+        at_dot: Callable[[], None] | None = None,
     ) -> Reply:
         """One message to one recipient; the Reply says how it ended (250 at data = sent).
 
@@ -246,6 +247,9 @@ class SmtpSession:
         envelope goes out with this final dot, and the next `send()` for it reads the replies.
         A `send()` for another message, or `quit()`, hangs up instead: the server may be in
         that envelope's DATA, which only a dot would end.
+
+        `at_dot()` is called right before the write that carries the final dot, with nothing
+        in between that could wait or fail (the worker's dot log: delivery/dotlog.py).
         """
         ahead = self._ahead == (sender, recipient) and self.connected
         if self._ahead is not None and not ahead:
@@ -275,7 +279,7 @@ class SmtpSession:
                 self.close()
                 ahead = False
             if stage == "data":
-                resp = await self._data(conn, message, before_dot, then)
+                resp = await self._data(conn, message, before_dot, then, at_dot)
                 if resp.code == 250:
                     return Reply("data", 250, resp.message)
             await self._reset(resp.code)  # refused: the session goes on after RSET
@@ -356,6 +360,7 @@ class SmtpSession:
         message: bytes,
         before_dot: Callable[[], Awaitable[None]] | None,
         then: Callable[[], tuple[str, str] | None] | None,
+        at_dot: Callable[[], None] | None = None,
     ) -> SMTPResponse:
         """After DATA's 354: the dot-stuffed body and the final dot, the dot after
         `before_dot()`, and with it the envelope `then()` names, if the server pipelines.
@@ -376,6 +381,8 @@ class SmtpSession:
             if not isinstance(envelope, Reply):  # an envelope we refuse goes no further
                 body += b"".join(_lines(envelope))
                 self._ahead = following
+        if at_dot is not None:
+            at_dot()
         sent = time.monotonic()
         conn.write(body)
         try:

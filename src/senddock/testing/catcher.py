@@ -22,7 +22,9 @@ from urllib.parse import quote
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-FaultKind = Literal["reject_rcpt", "defer_rcpt", "defer_data", "reject_data", "disconnect", "stall"]
+FaultKind = Literal[
+    "reject_rcpt", "defer_rcpt", "defer_data", "reject_data", "disconnect", "stall", "stall_rcpt"
+]
 
 REJECT_RCPT = "550 5.1.1 <{addr}>: no such user"
 DEFER = "451 4.3.0 try again later"
@@ -33,7 +35,7 @@ REJECT_CONNECT = "554 5.3.2 service not available"
 AUTH_REQUIRED = "530 5.7.0 Authentication required"
 ACCEPTED = "250 2.0.0 OK"
 
-_RCPT_KINDS = frozenset({"reject_rcpt", "defer_rcpt"})
+_RCPT_KINDS = frozenset({"reject_rcpt", "defer_rcpt", "stall_rcpt"})
 _DEFAULT_REPLY: dict[str, str] = {
     "reject_rcpt": REJECT_RCPT,
     "defer_rcpt": DEFER,
@@ -105,6 +107,12 @@ class Fault:
     ) -> Fault:
         """Sleep before replying to DATA, then accept or drop the connection."""
         return cls("stall", "", attempts, seconds, then, record_first)
+
+    @classmethod
+    def stall_rcpt(cls, seconds: float = 5.0, attempts: int | None = 1) -> Fault:
+        """Sleep before answering RCPT TO (a slow recipient check), then accept: the sender
+        is caught before its final dot."""
+        return cls("stall_rcpt", "", attempts, seconds)
 
     @property
     def stage(self) -> Literal["rcpt", "data"]:
@@ -293,7 +301,7 @@ class _Handler:
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: _Envelope, address: str, options: list[str]
     ) -> str:
-        return self._catcher._on_rcpt(envelope, address, options)
+        return await self._catcher._on_rcpt(envelope, address, options)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: _Envelope) -> str:
         return await self._catcher._on_data(server, envelope)
@@ -591,14 +599,16 @@ class Catcher:
         envelope.mail_options.extend(opts)
         return "250 2.1.0 OK"
 
-    def _on_rcpt(self, envelope: _Envelope, address: str, opts: list[str]) -> str:
+    async def _on_rcpt(self, envelope: _Envelope, address: str, opts: list[str]) -> str:
         key = address.lower()
         with self._lock:
             self._attempts[key] += 1
             attempt = self._attempts[key]
         fault = self.fault_for(address)
         if fault is not None and fault.stage == "rcpt" and fault.applies(attempt):
-            return fault.reply_for(address)
+            if fault.kind != "stall_rcpt":
+                return fault.reply_for(address)
+            await asyncio.sleep(fault.seconds)
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(opts)
         envelope.faults.append((attempt, fault))
