@@ -34,7 +34,7 @@ def table(results: list[Result], small: bool) -> Table:
         t.add_column(col, justify="right")
     t.add_column("delivered exactly once", justify="right")
     t.add_column("duplicates (allowed)", justify="right")
-    cols = ("unconfirmed", "unconfirmed accepted", "share accepted", "undelivered")
+    cols = ("unconfirmed", "unconfirmed accepted", "share accepted", "dot arrived", "undelivered")
     for col in (*cols, "seconds to finish"):
         t.add_column(col, justify="right")
     t.add_column("result")
@@ -49,6 +49,7 @@ def table(results: list[Result], small: bool) -> Table:
             f"{r.unconfirmed}",
             f"{r.unconfirmed_accepted}",
             "–" if r.precision is None else f"{r.precision:.2f}",
+            f"{r.unconfirmed_dotted}",
             f"{r.undelivered}",
             f"{r.seconds:.1f}" if r.finished else f"unfinished ({r.seconds:.0f})",
             "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
@@ -102,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     unconfirmed = sum(r.unconfirmed for r in results)
     if unconfirmed:
         accepted = sum(r.unconfirmed_accepted for r in results)
+        dotted = sum(r.unconfirmed_dotted for r in results)
         out.print(
             f"unconfirmed the server had accepted: {accepted} of {unconfirmed}"
-            f" ({accepted / unconfirmed:.2f})",
+            f" ({accepted / unconfirmed:.2f}); whose final dot reached it: {dotted}"
+            f" ({dotted / unconfirmed:.2f})",
             highlight=False,
         )
     late = f", final dots answered {args.dot_ms:g} ms late" if args.dot_ms else ""
