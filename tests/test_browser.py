@@ -269,8 +269,13 @@ def test_jobs_turning_unconfirmed_show_on_an_open_campaign_page_without_a_reload
             "document.querySelectorAll('[data-unconfirmed-jobs] tr').length === 2"
         )
         rows = page.locator("[data-unconfirmed-jobs] tr").all_inner_texts()
-        # The sentence and the one resend button ("Resend the 2 still unconfirmed") both say it.
-        counts = page.locator("[data-unconfirmed] [data-field=unconfirmed]").all_inner_texts()
+        # The sentence and the one resend button ("Resend the 2 still unconfirmed") both say it,
+        # once the update that brought the rows has reached them too (they are filled apart).
+        counted = "[data-unconfirmed] [data-field=unconfirmed]"
+        page.wait_for_function(
+            f"[...document.querySelectorAll('{counted}')].every(e => e.textContent.trim() === '2')"
+        )
+        counts = page.locator(counted).all_inner_texts()
         browser.close()
     assert counts == ["2", "2"]
     assert sorted(r.split("\t")[0] for r in rows) == sorted(str(j.id) for j in held)

@@ -308,3 +308,33 @@ def preview_draft(
     rcpt = first_recipient(conn, ids, audience_filter) or _sample(conn, ids)[0]
     subject_out, text, html = message.parts(rcpt)
     return DraftPreview(subject_out, text, html, rcpt.email)
+
+
+# What a layout's preview puts in its slot: a body with the elements campaigns use.
+SAMPLE_HTML = (
+    "<h1>A headline for this issue</h1>"
+    "<p>Hello {{ subscriber.name or 'there' }}, this is where a campaign's body goes: its"
+    ' paragraphs, <a href="https://example.org/">its links</a> and <strong>emphasis</strong>.'
+    "</p><h2>A second heading</h2><ul><li>a list item</li><li>another one</li></ul>"
+    "<p>A last paragraph, and a sign-off.</p>"
+)
+SAMPLE_TEXT = (
+    "Hello {{ subscriber.name or 'there' }}, this is where a campaign's body goes.\n\n"
+    "A last paragraph, and a sign-off."
+)
+
+
+def preview_layout(conn: Conn, links: Links, html_body: str, text_body: str | None) -> DraftPreview:
+    """A layout with a sample body in its slot, for a made-up subscriber: what the layout
+    editor and the starters' gallery show. The same errors as `check_layout` for the
+    templates themselves."""
+    if not has_slot(html_body):
+        raise LayoutProblem(
+            "the layout's html_body has no {{ content }}: where would the body go?",
+            field="html_body",
+        )
+    text, html = bodies(Layout(html_body, text_body or None), SAMPLE_TEXT, SAMPLE_HTML)
+    message = compile_message("A sample subject", "preview@example.org", text, html, links=links)
+    rcpt = _sample(conn, [])[0]
+    subject, text_out, html_out = message.parts(rcpt)
+    return DraftPreview(subject, text_out, html_out, rcpt.email)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from senddock.campaigns import layouts
+from senddock.campaigns import layouts, starters
 from senddock.cli.common import db, read_file
 
 
@@ -33,15 +33,37 @@ def layout() -> None:
 
 @layout.command("add")
 @click.argument("name")
-@click.option("--html-file", type=click.Path(), required=True, help="HTML with {{ content }}.")
+@click.option("--html-file", type=click.Path(), help="HTML with {{ content }}.")
 @click.option("--text-file", type=click.Path(), help="Text with {{ content }} (else derived).")
+@click.option(
+    "--starter",
+    metavar="KEY",
+    help="Start from a starter layout instead of --html-file (see `layout starters`).",
+)
 @click.option("--default", "make_default", is_flag=True, help="Campaigns get it unless told.")
-def add_cmd(name: str, html_file: str, text_file: str | None, make_default: bool) -> None:
+def add_cmd(
+    name: str, html_file: str | None, text_file: str | None, starter: str | None, make_default: bool
+) -> None:
     """Check and store a layout; prints its id alone."""
+    if (html_file is None) == (starter is None):
+        raise click.UsageError("give --html-file or --starter (one of them)")
+    if starter is not None:
+        if text_file is not None:
+            raise click.UsageError("--text-file goes with --html-file, not --starter")
+        with db() as conn:
+            click.echo(starters.add(conn, starter, name, default=make_default))
+        return
     html = read_file(html_file, "html file") or ""
     text = read_file(text_file, "text file")
     with db() as conn:
         click.echo(layouts.add_layout(conn, name, html, text, default=make_default))
+
+
+@layout.command("starters")
+def starters_cmd() -> None:
+    """The starter layouts `layout add NAME --starter KEY` can begin from."""
+    for s in starters.STARTERS:
+        click.echo(f"{s.key:<14}{s.description}")
 
 
 @layout.command("list")

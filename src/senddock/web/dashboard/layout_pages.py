@@ -1,5 +1,6 @@
-"""Layout pages: the list with a form for a new one, one layout's edit form, delete, and the
-campaign form's live preview. Every change goes through campaigns/layouts.py.
+"""Layout pages: the list with a form for a new one and the starters' gallery, one layout's
+edit form with its live preview, delete, and the campaign form's live preview. Every change
+goes through campaigns/layouts.py (and campaigns/starters.py for a starter).
 
 The preview is the rendered message of the form's fields for a sample subscriber, answered
 into the form's `<iframe sandbox>` under a policy of its own (`sandbox`, no script, no
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from senddock.campaigns import layouts
+from senddock.campaigns import layouts, starters
 from senddock.campaigns.compose import link_key
 from senddock.errors import SendDockError
 from senddock.messages import Links
@@ -43,7 +44,15 @@ def _page(request: Request, conn: Conn, status: int = 200, **extra: object) -> R
     extra.setdefault("form", {"name": "", "html_body": "", "text_body": "", "is_default": False})
     extra.setdefault("error", "")
     rows = layouts.list_layouts(conn)
-    return render(request, "layouts.html", status, title="Layouts", layouts=rows, **extra)
+    return render(
+        request,
+        "layouts.html",
+        status,
+        title="Layouts",
+        layouts=rows,
+        starters=starters.STARTERS,
+        **extra,
+    )
 
 
 @router.get("/layouts")
@@ -129,6 +138,53 @@ def layout_delete(request: Request, layout_id: int) -> Response:
             return redirect("/layouts")
     flash(request, "Layout deleted.")
     return redirect("/layouts")
+
+
+def _preview(request: Request, html_body: str, text_body: str | None) -> Response:
+    """A layout's preview document: a sample body in it, or the reason it cannot be shown."""
+    settings = request.app.state.settings
+    with db(request) as conn:
+        try:
+            links = Links(settings.public_url, link_key(conn, settings), 0, "")
+            shown = layouts.preview_layout(conn, links, html_body, text_body)
+        except SendDockError as exc:
+            body = f'<p role="alert" style="color:#a00">{escape(exc.message)}</p>'
+            return HTMLResponse(body, status_code=200, headers=PREVIEW_HEADERS)
+    assert shown.html is not None  # a layout has an HTML part
+    return HTMLResponse(shown.html, headers=PREVIEW_HEADERS)
+
+
+@router.get("/layouts/starters/{key}/preview")
+def starter_preview(request: Request, key: str) -> Response:
+    """A starter layout with a sample body: the gallery's thumbnails."""
+    try:
+        starter = starters.find(key)
+    except starters.UnknownStarter:
+        return not_found(request, f"There is no starter layout {key!r}.")
+    return _preview(request, starters.html(starter.key), starters.TEXT)
+
+
+class StarterForm(BaseModel):
+    name: str = ""
+
+
+@router.post("/layouts/starters/{key}")
+def starter_add(request: Request, key: str, form: Annotated[StarterForm, Form()]) -> Response:
+    """Use a starter: stored as a layout of its own, then opened in the editor."""
+    with db(request) as conn:
+        try:
+            layout_id = starters.add(conn, key, form.name.strip() or None)
+        except SendDockError as exc:
+            return _page(request, conn, 422, error=exc.message)
+        row = layouts.get_layout(conn, layout_id)
+    flash(request, f"Layout “{row.name}” added from a starter: edit it to make it yours.")
+    return redirect(f"/layouts/{layout_id}")
+
+
+@router.post("/layouts/preview")
+def layout_preview(request: Request, form: Annotated[LayoutForm, Form()]) -> Response:
+    """The layout form's fields with a sample body, for the editor's preview frame."""
+    return _preview(request, form.html, form.text)
 
 
 class PreviewForm(BaseModel):
