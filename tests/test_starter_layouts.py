@@ -19,12 +19,13 @@ import pytest
 from senddock.campaigns import broadcast, create_campaign, layouts, starters
 from senddock.campaigns.broadcast import enqueue_all
 from senddock.testing import Catcher
-from senddock.web import auth
 from support import Conn, ThreadWorker, seed_list, senddock, unfinished, wait_until, worker_env
-from test_browser import EMAIL, PASSWORD, chromium, chromium_path, sign_in  # noqa: F401
+from test_browser import chromium, chromium_path, sign_in  # noqa: F401
+from test_browser_day_one import server  # noqa: F401
 from test_cli_first_day import one_line_error
 from test_layouts import empty_layouts, parts
-from web_support import Server, start_server
+from test_web_headers import signed_in
+from web_support import Server
 
 KEYS = [s.key for s in starters.STARTERS]
 ODD = "zoë@bücher.example"  # the catcher sees its domain in A-labels
@@ -113,18 +114,9 @@ def test_the_cli_adds_a_starter_and_refuses_a_wrong_one_in_one_line(db_url: str)
     one_line_error(again, "exists")
 
 
-@pytest.fixture
-def server(db_url: str, conn: Conn) -> Iterator[Server]:
-    auth.create_admin(conn, EMAIL, PASSWORD)
-    srv = start_server(db_url, "smtp://127.0.0.1:9?tls=none", workers=False)
-    yield srv
-    srv.stop()
-    print(srv.text())
-
-
 def test_the_gallery_uses_a_starter_and_the_editor_previews_what_is_typed(
     chromium_path: str,  # noqa: F811
-    server: Server,
+    server: Server,  # noqa: F811
     conn: Conn,
 ) -> None:
     """In Chromium: each starter's thumbnail shows a sample body; "Use this layout" stores it
@@ -157,12 +149,15 @@ def test_the_gallery_uses_a_starter_and_the_editor_previews_what_is_typed(
     assert "Größer als je" in row.html_body and "Something new" not in row.html_body
 
 
-def test_the_starter_routes_answer_as_the_dashboard_does(server: Server, conn: Conn) -> None:
+def test_the_starter_routes_answer_as_the_dashboard_does(
+    server: Server,  # noqa: F811
+    conn: Conn,
+) -> None:
     """Without a session nothing; a preview is a sandboxed document; a use adds the layout."""
     with httpx.Client(base_url=server.url, follow_redirects=False) as anon:
         assert anon.get("/layouts/starters/letter/preview").status_code in (302, 303, 401)
-    with httpx.Client(base_url=server.url, follow_redirects=False) as c:
-        page = _signed_in(c)
+    with signed_in(server.url) as c:
+        page = c.get("/layouts").text
         preview = c.get("/layouts/starters/letter/preview")
         assert preview.status_code == 200 and "A headline for this issue" in preview.text
         assert preview.headers["content-security-policy"].startswith("sandbox")
@@ -178,15 +173,3 @@ def test_the_starter_routes_answer_as_the_dashboard_does(server: Server, conn: C
         forged = c.post("/layouts/starters/letter", data={"csrf": "forged", "name": "L"})
         assert forged.status_code in (400, 403)
     assert [r.name for r in layouts.list_layouts(conn)] == ["Newsletter"]
-
-
-def _signed_in(c: httpx.Client) -> str:
-    """Sign in through the login form; the layouts page's HTML."""
-    login = c.get("/login")
-    token = re.search(r'name="csrf" value="([^"]+)"', login.text)
-    assert token
-    done = c.post("/login", data={"csrf": token.group(1), "email": EMAIL, "password": PASSWORD})
-    assert done.status_code in (302, 303), done.text
-    page = c.get("/layouts")
-    assert page.status_code == 200
-    return page.text
