@@ -192,10 +192,12 @@ FAST = frozenset(
         "test_unconfirmed.py",
         "test_liveness.py",
         "test_backoff_schedule.py",
+        "test_dot_log.py",
         "test_table_health.py",
         "test_fixtures_reset.py",
         # units: outcome rules, SMTP transport and catcher, message bytes, bounce reading
         "test_outcome_rules.py",
+        "test_durations.py",
         "test_smtp_transport.py",
         "test_aiosmtplib_handover.py",
         "test_catcher.py",

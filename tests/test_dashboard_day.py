@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -265,6 +266,10 @@ def test_the_settings_page_shows_what_workers_use_and_never_a_secret(server: Ser
         assert shown in relay_table, shown
     for shown in ("http://news.bücher.example", "30 days", "bounces.example.org"):
         assert shown in text, shown
+    # Durations in the units a person reads (issue 39: "1.2096e+06 s" for 14 days before).
+    rows = dict(re.findall(r'<th scope="row">([^<]+)</th><td>([^<]*)</td>', text))
+    assert rows["Session lifetime"] == "14 days" and rows["Session idle timeout"] == "12 h"
+    assert rows["Heartbeat / lease"].endswith(" s") and "e+" not in text
     for secret in (RELAY_PASSWORD, quote(RELAY_PASSWORD), html.escape(RELAY_PASSWORD), MAILGUN_KEY):
         assert secret not in text
     assert json.dumps(RELAY_PASSWORD) not in text

@@ -30,6 +30,22 @@ def duration(value: object) -> float:
 
 Duration = Annotated[float, BeforeValidator(duration), Field(gt=0)]
 
+_SPOKEN = ((86400, "day", "days"), (3600, "h", "h"), (60, "min", "min"), (1, "s", "s"))
+
+
+def spoken(seconds: float) -> str:
+    """A duration as a person reads it: `1.5 s`, `2 min`, `1 h 30 min`, `14 days` (to the
+    second from a minute on)."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    parts = []
+    left = round(seconds)
+    for size, one, many in _SPOKEN:
+        n, left = divmod(left, size)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    return " ".join(parts)
+
 
 def proxy_networks(value: str) -> list[str]:
     """The entries of SENDDOCK_TRUSTED_PROXIES (IPs or CIDRs, comma or space separated),

@@ -13,7 +13,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from senddock.config import Settings, SmtpTarget
+from senddock.config import Settings, SmtpTarget, spoken
+from senddock.delivery import dotlog
 from senddock.redaction import hide_password
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import render
@@ -69,7 +70,8 @@ def _set(value: object) -> str:
 
 def sections(settings: Settings, database_url: str) -> list[tuple[str, list[tuple[str, str]]]]:
     """The page's tables: (heading, [(setting, value shown)]), secrets shown only as set."""
-    retries = ", ".join(f"{s:g} s" for s in settings.backoff) or "none"
+    retries = ", ".join(spoken(s) for s in settings.backoff) or "none"
+    dots = dotlog.directory(settings.dot_log_dir)
     return [
         (
             "Sending",
@@ -77,12 +79,13 @@ def sections(settings: Settings, database_url: str) -> list[tuple[str, list[tupl
                 ("Public URL (links in messages)", settings.public_url),
                 ("Retry schedule", retries),
                 ("Claim batch", str(settings.claim_batch)),
-                ("SMTP timeout", f"{settings.smtp_timeout:g} s"),
+                ("SMTP timeout", spoken(settings.smtp_timeout)),
                 ("Outcome unknown after the final dot", settings.unconfirmed),
+                ("Dot log (which final dots went, for a crash)", str(dots) if dots else "off"),
                 ("Replies about us before a broadcast pauses", str(settings.sender_fault_limit)),
                 (
                     "Heartbeat / lease",
-                    f"{settings.heartbeat_interval:g} s / {settings.lease_seconds:g} s",
+                    f"{spoken(settings.heartbeat_interval)} / {spoken(settings.lease_seconds)}",
                 ),
             ],
         ),
@@ -113,8 +116,8 @@ def sections(settings: Settings, database_url: str) -> list[tuple[str, list[tupl
             [
                 ("Database", hide_password(database_url)),
                 ("Trusted proxies", settings.trusted_proxies or "none"),
-                ("Session idle timeout", f"{settings.session_idle_timeout:g} s"),
-                ("Session lifetime", f"{settings.session_lifetime:g} s"),
+                ("Session idle timeout", spoken(settings.session_idle_timeout)),
+                ("Session lifetime", spoken(settings.session_lifetime)),
             ],
         ),
     ]
