@@ -51,14 +51,16 @@ def test_live_preview_renders_markdown_in_the_default_layout_in_a_sandboxed_fram
         sign_in(page, server, "/layouts")  # the login brings the browser back
         page.get_by_role("heading", name="Layouts").wait_for()
 
-        # A layout through its form; a broken one first is refused in one line.
-        page.fill("input[name=name]", "Bücher")
-        page.fill("textarea[name=html_body]", "<p>no slot</p>")
-        page.get_by_role("button", name="Save layout").click()
+        # A layout through its form (below the starters' gallery); a broken one first is
+        # refused in one line.
+        form = page.locator("form[action='/layouts']")
+        form.locator("input[name=name]").fill("Bücher")
+        form.locator("textarea[name=html_body]").fill("<p>no slot</p>")
+        form.get_by_role("button", name="Save layout").click()
         assert "{{ content }}" in page.text_content("[role=alert]")  # type: ignore[operator]
-        page.fill("textarea[name=html_body]", LAYOUT)
-        page.check("input[name=is_default]")
-        page.get_by_role("button", name="Save layout").click()
+        form.locator("textarea[name=html_body]").fill(LAYOUT)
+        form.locator("input[name=is_default]").check()
+        form.get_by_role("button", name="Save layout").click()
         page.wait_for_selector("tr[data-layout='Bücher'] .badge")
 
         # The campaign form previews as it is typed, in the default layout.
