@@ -57,6 +57,7 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
 -- (this statement used to count broadcast_jobs per campaign per request).
 SELECT c.id, c.name, c.status, c.subject, c.from_addr, c.send_at, c.schedule_error,
        c.broadcast_id, c.created_at, b.pause_reason,
+       b.created_at AS started_at, b.finished_at,
        coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM campaign_lists cl
                  JOIN lists l ON l.id = cl.list_id WHERE cl.campaign_id = c.id), '{}') AS lists,
        count(*) OVER () AS full_count

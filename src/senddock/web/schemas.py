@@ -340,6 +340,8 @@ class CampaignSummary(LaterCounts):
     schedule_error: str | None
     broadcast_id: int | None
     created_at: datetime
+    started_at: datetime | None = Field(None, description="When it was sent (its broadcast began)")
+    finished_at: datetime | None = Field(None, description="When nothing was left to send")
     total: int
     sent: int
     failed: int
