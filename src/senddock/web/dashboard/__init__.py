@@ -17,6 +17,7 @@ from senddock.web.dashboard import (
     privacy_pages,
     settings_page,
     subscriber_pages,
+    unconfirmed_page,
     workers_page,
 )
 
@@ -27,6 +28,7 @@ for part in (
     layout_pages.router,
     campaign_pages.router,
     campaign_edit.router,
+    unconfirmed_page.router,
     subscriber_pages.router,
     privacy_pages.router,
     audience_ops.router,
