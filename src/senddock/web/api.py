@@ -29,7 +29,7 @@ from senddock.audience import lists as lists_api
 from senddock.audience import subscribers as subscribers_api
 from senddock.audience.addresses import normalize
 from senddock.bounces import store as bounce_store
-from senddock.campaigns import compose, edits, reconcile, trial
+from senddock.campaigns import compose, edits, reconcile, trial, unconfirmed
 from senddock.campaigns.campaigns import JobStatus
 from senddock.campaigns.workers import NO_WORKER, live_workers
 from senddock.delivery import oneoff
@@ -586,6 +586,19 @@ def reconcile_unconfirmed(conn: Db, campaign_id: CampaignId, request: Request) -
         left=done.count("held"),
         campaign=_status(conn, campaign_id),
     )
+
+
+@router.get("/unconfirmed", tags=["campaigns"], response_model=s.Unconfirmed)
+def list_unconfirmed(
+    conn: Db,
+    per_campaign: Annotated[
+        int, Query(ge=0, le=unconfirmed.SHOWN_JOBS, description="Jobs listed per campaign")
+    ] = unconfirmed.SHOWN_JOBS,
+) -> s.Unconfirmed:
+    """Every campaign with unconfirmed recipients (their final dot went, no outcome was
+    recorded), newest first: exact counts, the first jobs of each with what each source said
+    at the last reconcile. Act on them per campaign (resend-unconfirmed, confirm, reconcile)."""
+    return s.Unconfirmed(**plain(unconfirmed.waiting(conn, per_campaign)))
 
 
 @router.get(

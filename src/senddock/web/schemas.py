@@ -485,6 +485,34 @@ class ReconcileDone(BaseModel):
     campaign: CampaignStatus
 
 
+class WaitingCampaign(BaseModel):
+    """A campaign with unconfirmed recipients (issue 41): its exact count and the first few."""
+
+    id: int = Field(description="The campaign's id")
+    name: str
+    subject: str
+    status: str
+    state: str = Field(description="What a person reads (see CampaignStatus.state)")
+    broadcast_id: int
+    unconfirmed: int = Field(description="Its unconfirmed recipients, all of them")
+    jobs: list[UnconfirmedJob] = Field(description="The first of them, oldest final dot first")
+    more: int = Field(description="Unconfirmed recipients beyond `jobs`")
+    resendable: bool = Field(
+        description="Sending or paused: resent by the one action (a cancelled one: confirm)"
+    )
+
+
+class Unconfirmed(BaseModel):
+    """Every campaign's unconfirmed recipients at once, newest campaign first (issue 41)."""
+
+    campaigns: list[WaitingCampaign]
+    total: int = Field(description="Unconfirmed recipients of every campaign")
+    resendable: int = Field(description="Those of campaigns sending or paused")
+    fingerprint: str = Field(
+        description="Names the set of resendable jobs: it changes when that set does"
+    )
+
+
 class Recipient(BaseModel):
     email: str
     status: str

@@ -18,6 +18,7 @@ from senddock.web.dashboard import (
     privacy_pages,
     settings_page,
     subscriber_pages,
+    unconfirmed_page,
     workers_page,
 )
 
@@ -29,6 +30,7 @@ for part in (
     campaign_pages.router,
     campaign_edit.router,
     message_pages.router,
+    unconfirmed_page.router,
     subscriber_pages.router,
     privacy_pages.router,
     audience_ops.router,

@@ -2,7 +2,9 @@
 
 `LoggedIn` is an APIRoute class, so a route cannot forget either check: a router built with
 `route_class=LoggedIn` runs them before the handler, and the handler never sees a request
-that failed them.
+that failed them. For a page (GET) it also reads, once and off the event loop, what the
+navigation shows on every page: how many recipients are unconfirmed (views.render puts it
+beside the link to /unconfirmed).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from senddock.campaigns import unconfirmed
 from senddock.web import auth
-from senddock.web.dashboard.views import redirect, render
+from senddock.web.dashboard.views import db, redirect, render
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -51,6 +55,12 @@ def login_url(request: Request) -> str:
     return "/login?next=" + quote(target, safe="/")
 
 
+def unconfirmed_total(request: Request) -> int:
+    """The navigation's badge: unconfirmed recipients of every campaign."""
+    with db(request) as conn:
+        return unconfirmed.total(conn)
+
+
 class LoggedIn(APIRoute):
     """A dashboard route: redirect to /login without a session; 403 on a bad CSRF token."""
 
@@ -62,6 +72,9 @@ class LoggedIn(APIRoute):
                 return redirect(login_url(request))
             if request.method not in SAFE_METHODS and not await csrf_passes(request):
                 return forbidden(request)
+            if request.method == "GET":
+                total = await run_in_threadpool(unconfirmed_total, request)
+                request.state.nav_unconfirmed = total
             return await handler(request)
 
         return guarded

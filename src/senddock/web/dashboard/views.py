@@ -67,6 +67,8 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
     context["csrf"] = auth.csrf_token(request)
     context["logged_in"] = auth.session_admin(request) is not None
     context["path"] = request.url.path
+    # The navigation's badge, read by the gate for a page (none on a page it did not open).
+    context["nav_unconfirmed"] = getattr(request.state, "nav_unconfirmed", 0)
     body = env.get_template(name).render(context)
     return HTMLResponse(body, status_code=status_code, headers=PAGE_HEADERS)
 
