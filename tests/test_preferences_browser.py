@@ -30,6 +30,9 @@ def serve(db_url: str) -> Iterator[ServerFactory]:
     yield from servers(db_url)
 
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
 def test_a_subscriber_leaves_a_list_then_everything_in_a_real_browser(
     db_url: str, conn: Conn, serve: ServerFactory
 ) -> None:
@@ -62,6 +65,11 @@ def test_a_subscriber_leaves_a_list_then_everything_in_a_real_browser(
         page.goto(f"{server.url}/preferences/{token}")
         page.get_by_role("heading", name="Your subscriptions").wait_for()
         assert ZOE in page.content()
+        # The public pages' style applies (its hash is in the page's policy): a card.
+        card = page.locator("main").evaluate("e => getComputedStyle(e).borderTopLeftRadius")
+        assert card == "12px"
+        page.set_viewport_size({"width": 390, "height": 760})
+        page.screenshot(path=str(DOCS / "public-preferences-phone.png"))
 
         page.get_by_role("row", name=re.compile("news")).get_by_role("button", name="Leave").click()
         page.get_by_text("You left news.").wait_for()
