@@ -73,8 +73,9 @@ def test_the_campaign_list_says_when_each_was_created_started_or_sent(
     db_url: str,
     catcher: Catcher,
 ) -> None:
-    """Issue 39: "Campaigns: no dates". A draft says when it was created, a scheduled one
-    when it goes, a sent one when it was sent; the API lists the same moments."""
+    """Issue 39: "Campaigns: no dates, subjects as raw {{ }}". A draft says when it was
+    created, a scheduled one when it goes, a sent one when it was sent (the API lists the same
+    moments); a subject shows its fields as marks."""
     seed_list(conn, "news", ["ada@example.org"])
 
     def made(name: str, send_at: datetime | None = None) -> int:
@@ -82,7 +83,7 @@ def test_the_campaign_list_says_when_each_was_created_started_or_sent(
             conn,
             name=name,
             list_name="news",
-            subject=name,
+            subject=name + " for {{ subscriber.name }} in {{ subscriber.attributes.city }}",
             from_addr="news@example.org",
             text_body="Hi",
             send_at=send_at,
@@ -101,6 +102,9 @@ def test_the_campaign_list_says_when_each_was_created_started_or_sent(
     assert when[str(draft)].startswith("created ")
     assert when[str(sent)].startswith("sent ")
     assert any(v.startswith("scheduled for ") for v in when.values())
+    # Subjects read as what they say, their fields marked (the template is in the title).
+    assert ">Draft for ‹name› in ‹city›</div>" in page
+    assert 'title="Draft for {{ subscriber.name }} in {{ subscriber.attributes.city }}"' in page
     token = make_token(db_url)
     listed = httpx.get(
         server.url + "/api/v1/campaigns", headers={"Authorization": f"Bearer {token}"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,16 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "—"
 
 
+# A template's `{{ … }}` as the campaign list shows a subject: the name it inserts, last part
+# (`{{ subscriber.attributes.city | default("you") }}` reads ‹city›), not the template code.
+_FIELD = re.compile(r"\{\{\s*([A-Za-z_][\w.]*)[^}]*\}\}")
+
+
+def _fields(template: str) -> str:
+    """A subject (or any one-line template) with its fields as ‹name› marks."""
+    return _FIELD.sub(lambda m: f"‹{m.group(1).rsplit('.', 1)[-1]}›", template)
+
+
 env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=True,  # our own pages: every value is HTML-escaped unless marked safe
@@ -44,6 +55,7 @@ env = jinja2.Environment(
     lstrip_blocks=True,
 )
 env.filters["when"] = _when
+env.filters["fields"] = _fields
 env.filters["reply"] = reply_line  # a job's last reply, its enhanced code once
 
 
