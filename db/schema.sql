@@ -390,6 +390,7 @@ CREATE TABLE subscribers (
     CONSTRAINT subscribers_pkey PRIMARY KEY (id),
     CONSTRAINT subscribers_status_check CHECK (status = ANY (ARRAY['active'::text, 'bounced'::text, 'erased'::text]))
 );
+CREATE INDEX subscribers_created_brin ON public.subscribers USING brin (created_at);
 CREATE UNIQUE INDEX subscribers_email_key ON public.subscribers USING btree (lower(email));
 CREATE TRIGGER subscribers_delete_guard BEFORE DELETE ON subscribers FOR EACH ROW EXECUTE FUNCTION senddock_subscriber_delete_guard();
 CREATE TRIGGER subscribers_resuppress_inserted AFTER INSERT ON subscribers REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION senddock_resuppress_erased();
@@ -409,6 +410,7 @@ CREATE TABLE subscription_events (
     CONSTRAINT subscription_events_subscriber_id_fkey FOREIGN KEY (subscriber_id) REFERENCES subscribers(id) ON DELETE CASCADE,
     CONSTRAINT subscription_events_action_check CHECK (action = ANY (ARRAY['join'::text, 'leave'::text, 'unsubscribe_all'::text]))
 );
+CREATE INDEX subscription_events_created_brin ON public.subscription_events USING brin (created_at);
 CREATE INDEX subscription_events_subscriber ON public.subscription_events USING btree (subscriber_id, created_at);
 
 -- ===== suppressions =====
@@ -423,6 +425,7 @@ CREATE TABLE suppressions (
     CONSTRAINT suppressions_bounce_reason_check CHECK (bounce_reason ~ '^[a-z]{1,40}$'::text),
     CONSTRAINT suppressions_reason_check CHECK (reason = ANY (ARRAY['bounce'::text, 'unsubscribe'::text, 'complaint'::text, 'manual'::text]))
 );
+CREATE INDEX suppressions_created_brin ON public.suppressions USING brin (created_at);
 CREATE UNIQUE INDEX suppressions_email_key ON public.suppressions USING btree (lower(email));
 
 -- ===== worker_deaths =====

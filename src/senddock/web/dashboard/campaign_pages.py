@@ -26,6 +26,7 @@ from senddock.web import queries
 from senddock.web.dashboard.campaign_edit import CampaignForm, campaign_form, send_time
 from senddock.web.dashboard.chart import sent_per_minute_svg
 from senddock.web.dashboard.gate import LoggedIn
+from senddock.web.dashboard.overview import audience_svg, overview
 from senddock.web.dashboard.views import Conn, Page, db, flash, not_found, redirect, render
 from senddock.web.queries import like
 from senddock.words import plural
@@ -41,6 +42,8 @@ def campaign_list(request: Request, page: str = "1", archived: str = "") -> Resp
     at = Page.of(page)
     with db(request) as conn:
         rows, _ = queries.campaigns_page(conn, None, at.limit, at.offset, bool(archived))
+        # The home page's overview: on the list of campaigns, not on the archive's.
+        seen = None if archived else overview(conn, request.app.state.settings.lease_seconds)
     return render(
         request,
         "campaigns.html",
@@ -49,6 +52,8 @@ def campaign_list(request: Request, page: str = "1", archived: str = "") -> Resp
         page=at.number,
         more=len(rows) > at.size,
         archived=bool(archived),
+        overview=seen,
+        audience=audience_svg(seen) if seen else "",
     )
 
 
