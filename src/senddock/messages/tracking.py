@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import idna
 
 from senddock.errors import Invalid
-from senddock.messages.links import sign
+from senddock.messages.links import Signer
 
 CLICK = "click"
 OPEN = "open"
@@ -270,14 +270,20 @@ def rewrite(text: str, html_source: str | None, track: Track, public_url: str) -
 
 
 class _Clicks:
-    """One recipient's click URLs, each signed when the template prints it."""
+    """One recipient's click URLs, each signed when the template first prints it (a link is
+    usually printed twice: in the text part and in the HTML)."""
 
     def __init__(self, tracker: Tracker, subscriber_id: int) -> None:
         self.tracker = tracker
         self.subscriber_id = subscriber_id
+        self.made: dict[int, str] = {}
 
     def __getitem__(self, i: int) -> str:
-        return self.tracker.click_url(self.subscriber_id, self.tracker.link_ids[i])
+        url = self.made.get(i)
+        if url is None:
+            link = self.tracker.link_ids[i]
+            url = self.made[i] = self.tracker.click_url(self.subscriber_id, link)
+        return url
 
     def __len__(self) -> int:
         return len(self.tracker.link_ids)
@@ -295,17 +301,21 @@ class Tracker:
     opens: bool
     # Tokens without the recipient: every message of the broadcast has the same URLs.
     anonymous: bool = False
+    signer: Signer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signer", Signer(self.key))
 
     def _who(self, subscriber_id: int) -> tuple[int, ...]:
         return () if self.anonymous else (subscriber_id,)
 
     def click_url(self, subscriber_id: int, link_id: int) -> str:
         ids = (*self._who(subscriber_id), self.broadcast_id, link_id)
-        return f"{self.base_url.rstrip('/')}/r/{sign(self.key, CLICK, *ids)}"
+        return f"{self.base_url.rstrip('/')}/r/{self.signer.sign(CLICK, *ids)}"
 
     def open_url(self, subscriber_id: int) -> str:
         ids = (*self._who(subscriber_id), self.broadcast_id)
-        return f"{self.base_url.rstrip('/')}/o/{sign(self.key, OPEN, *ids)}"
+        return f"{self.base_url.rstrip('/')}/o/{self.signer.sign(OPEN, *ids)}"
 
     def context(self, subscriber_id: int) -> dict[str, object]:
         """The template names a recipient's rewritten message reads."""
