@@ -9,11 +9,14 @@ import email
 import email.policy
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from senddock.campaigns import broadcast, create_campaign, track_for
 from senddock.campaigns.compose import link_key
@@ -23,7 +26,7 @@ from senddock.messages.tracking import CLICK, OPEN
 from senddock.testing import Catcher
 from senddock.tracking import Event, EventWriter
 from support import Conn, ThreadWorker, seed_list, senddock, unfinished, wait_until, worker_env
-from web_support import Server, ServerFactory, make_token, servers
+from web_support import Server, ServerFactory, make_token, servers, start_server
 
 ZOE = "zoë@bücher.example"
 ZOE_WIRE = "zoë@xn--bcher-kva.example"  # what the relay sees (IDNA A-label)
@@ -361,3 +364,118 @@ def test_the_settings_give_the_default_and_the_anonymous_floor() -> None:
     assert track_for("clicks", Settings(track_anonymous=True)) == "clicks,anonymous"
     assert track_for(None, Settings(track="opens", track_anonymous=True)) == "opens,anonymous"
     assert track_for("none", Settings(track_anonymous=True)) == ""
+
+
+class Gate:
+    """A TCP front for the test's Postgres that a test can shut: while shut, every connection
+    through it is closed at once, as a Postgres that went away would close them."""
+
+    def __init__(self, db_url: str) -> None:
+        info = conninfo_to_dict(db_url)
+        self.host, self.port = str(info.get("host") or "localhost"), int(info.get("port") or 5432)
+        self.user, self.dbname = str(info.get("user") or "postgres"), str(info["dbname"])
+        self.password = str(info.get("password") or "")
+        self.is_open = True
+        self.streams: set[asyncio.StreamWriter] = set()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.listen_port = 0
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
+        self.listen_port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+        server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.is_open:
+            writer.close()
+            return
+        if self.host.startswith("/"):
+            path = f"{self.host}/.s.PGSQL.{self.port}"
+            up_reader, up_writer = await asyncio.open_unix_connection(path)
+        else:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        self.streams |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    @property
+    def url(self) -> str:
+        secret = f":{self.password}" if self.password else ""
+        return (
+            f"postgresql://{self.user}{secret}@127.0.0.1:{self.listen_port}/{self.dbname}"
+            "?sslmode=disable"
+        )
+
+    def shut(self) -> None:
+        def close_all() -> None:
+            self.is_open = False
+            for stream in self.streams:
+                stream.close()
+            self.streams.clear()
+
+        self.loop.call_soon_threadsafe(close_all)
+
+    def reopen(self) -> None:
+        self.loop.call_soon_threadsafe(setattr, self, "is_open", True)
+
+    def __enter__(self) -> Gate:
+        self.thread.start()
+        self.ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_clicks_are_answered_while_postgres_is_away_and_recorded_once_it_is_back(
+    db_url: str, conn: Conn, catcher: Catcher
+) -> None:
+    # Catches: a redirect or pixel that waits for (or fails without) Postgres, and events lost
+    # or written twice across an outage of `serve`'s database (the late-not-lost promise).
+    seed(conn)
+    with Gate(db_url) as gate:
+        server = start_server(gate.url, "smtp://127.0.0.1:1", workers=False)
+        try:
+            cid = tracked_campaign(conn)
+            send(conn, db_url, catcher, server, cid)
+            _, html = parts(catcher, ADA)
+            link = path_of(server, next(u for u in hrefs(html) if "/r/" in u))
+            pixel = re.search(r'<img src="([^"]+)"', html)
+            assert pixel is not None
+            with server.client() as client:
+                assert client.get(link).status_code == 302  # this process now knows the link
+                assert wait_until(lambda: events(conn) == 1, timeout=10)
+                gate.shut()
+                started = time.monotonic()
+                for _ in range(5):
+                    went = client.get(link)
+                    assert went.status_code == 302 and went.headers["location"] == A
+                assert client.get(path_of(server, pixel.group(1))).status_code == 200
+                took = time.monotonic() - started
+                time.sleep(1.0)
+                assert events(conn) == 1  # nothing could be written meanwhile
+                gate.reopen()
+            assert took < 3.0, took  # answered without Postgres (6 requests)
+            assert wait_until(lambda: events(conn) == 7, timeout=20), events(conn)
+            time.sleep(0.5)
+            assert events(conn) == 7  # each once
+            assert "events wait for the database" in server.text()
+        finally:
+            server.stop()
+            print(server.text())
