@@ -232,7 +232,7 @@ def _engagement_lines(st: CampaignStatus) -> list[str]:
         ]
     for link in e.links:
         by = "" if link.unique is None else f" by {plural(link.unique, 'person', 'people')}"
-        lines.append(f"    {link.clicks} clicks{by} ({link.machine} machine)  {link.url}")
+        lines.append(f"    {plural(link.clicks, 'click')}{by} ({link.machine} machine)  {link.url}")
     return lines
 
 
