@@ -208,13 +208,15 @@ CREATE TABLE campaigns (
     markdown_body text,
     segment_id bigint,
     audience_filter text,
+    track text DEFAULT ''::text NOT NULL,
     CONSTRAINT campaigns_pkey PRIMARY KEY (id),
     CONSTRAINT campaigns_broadcast_fk FOREIGN KEY (broadcast_id) REFERENCES broadcasts(id),
     CONSTRAINT campaigns_layout_id_fkey FOREIGN KEY (layout_id) REFERENCES layouts(id) ON DELETE RESTRICT,
     CONSTRAINT campaigns_segment_id_fkey FOREIGN KEY (segment_id) REFERENCES segments(id) ON DELETE RESTRICT,
     CONSTRAINT campaigns_has_body CHECK (text_body IS NOT NULL OR html_body IS NOT NULL),
     CONSTRAINT campaigns_one_audience_filter CHECK (segment_id IS NULL OR audience_filter IS NULL),
-    CONSTRAINT campaigns_status_check CHECK (status = ANY (ARRAY['draft'::text, 'sending'::text, 'paused'::text, 'sent'::text, 'cancelled'::text]))
+    CONSTRAINT campaigns_status_check CHECK (status = ANY (ARRAY['draft'::text, 'sending'::text, 'paused'::text, 'sent'::text, 'cancelled'::text])),
+    CONSTRAINT campaigns_track_check CHECK (track = ANY (ARRAY[''::text, 'opens'::text, 'clicks'::text, 'opens,clicks'::text, 'opens,anonymous'::text, 'clicks,anonymous'::text, 'opens,clicks,anonymous'::text]))
 );
 CREATE INDEX campaigns_due ON public.campaigns USING btree (send_at) WHERE ((status = 'draft'::text) AND (send_at IS NOT NULL));
 CREATE INDEX campaigns_layout ON public.campaigns USING btree (layout_id) WHERE (layout_id IS NOT NULL);
@@ -427,6 +429,40 @@ CREATE TABLE suppressions (
 );
 CREATE INDEX suppressions_created_brin ON public.suppressions USING brin (created_at);
 CREATE UNIQUE INDEX suppressions_email_key ON public.suppressions USING btree (lower(email));
+
+-- ===== track_events =====
+CREATE TABLE track_events (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    broadcast_id bigint NOT NULL,
+    subscriber_id bigint,
+    link_id bigint,
+    kind text NOT NULL,
+    at timestamp with time zone NOT NULL,
+    user_agent text DEFAULT ''::text NOT NULL,
+    machine boolean DEFAULT false NOT NULL,
+    why text,
+    CONSTRAINT track_events_pkey PRIMARY KEY (id),
+    CONSTRAINT track_events_broadcast_id_fkey FOREIGN KEY (broadcast_id) REFERENCES broadcasts(id) ON DELETE CASCADE,
+    CONSTRAINT track_events_link_id_fkey FOREIGN KEY (link_id) REFERENCES tracked_links(id) ON DELETE CASCADE,
+    CONSTRAINT track_events_subscriber_id_fkey FOREIGN KEY (subscriber_id) REFERENCES subscribers(id) ON DELETE SET NULL,
+    CONSTRAINT track_events_check CHECK ((kind = 'click'::text) = (link_id IS NOT NULL)),
+    CONSTRAINT track_events_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'click'::text])),
+    CONSTRAINT track_events_user_agent_check CHECK (length(user_agent) <= 500)
+);
+CREATE INDEX track_events_broadcast ON public.track_events USING btree (broadcast_id, kind, subscriber_id);
+CREATE INDEX track_events_link ON public.track_events USING btree (link_id) WHERE (link_id IS NOT NULL);
+CREATE INDEX track_events_subscriber ON public.track_events USING btree (subscriber_id) WHERE (subscriber_id IS NOT NULL);
+
+-- ===== tracked_links =====
+CREATE TABLE tracked_links (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    broadcast_id bigint NOT NULL,
+    position integer NOT NULL,
+    url text NOT NULL,
+    CONSTRAINT tracked_links_pkey PRIMARY KEY (id),
+    CONSTRAINT tracked_links_broadcast_id_url_key UNIQUE (broadcast_id, url),
+    CONSTRAINT tracked_links_broadcast_id_fkey FOREIGN KEY (broadcast_id) REFERENCES broadcasts(id) ON DELETE CASCADE
+);
 
 -- ===== worker_deaths =====
 CREATE TABLE worker_deaths (

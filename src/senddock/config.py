@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     # Where the mailto: unsubscribe goes; the campaign's From address when unset.
     unsubscribe_mailto: str | None = None
+    # Issue 37: what a new campaign tracks when its creator says nothing: '' (nothing, the
+    # default), 'opens', 'clicks' or 'opens,clicks' (messages/tracking.py Track.parse).
+    track: str = ""
+    # Issue 37: 1 makes every campaign created or edited from now anonymous when it tracks
+    # (counts per campaign only, no event names a person), whatever its creator asked.
+    track_anonymous: bool = False
     # `serve`: what POST /unsubscribe/TOKEN (RFC 8058 one-click) does: `suppress` leaves the
     # campaign's lists and suppresses the address; `lists` only leaves the campaign's lists.
     one_click: Literal["suppress", "lists"] = "suppress"

@@ -8,6 +8,8 @@ What goes, in one transaction:
   broadcast_jobs        the address becomes that stand-in; a reply that quotes it loses its
                         text; jobs not sent yet (pending, retry, unconfirmed) are cancelled
   list_memberships, signup_consents, subscription_events   deleted
+  track_events          their opens and clicks kept for the campaign's totals, unnamed and
+                        without their User-Agent (issue 37)
   bounce_findings       address, reply and diagnostic gone; kind, status and job kept
   bounce_messages       the raw bytes of every message that reported on them, or that names
                         the address and was never read into a finding, gone (digest kept)
@@ -127,6 +129,7 @@ def erase(conn: Conn, address: str, *, keep_suppressed: bool = False) -> Erased:
         conn.execute(QUERIES["forget_memberships"], {"s": sid})
         consents = conn.execute(QUERIES["forget_consents"], {"s": sid}).rowcount
         events = conn.execute(QUERIES["forget_events"], {"s": sid}).rowcount
+        conn.execute(QUERIES["unname_engagement"], {"s": sid})
         conn.execute(QUERIES["scrub_imports"], {"email": email})
         if done.jobs:
             conn.execute(QUERIES["anonymize"], {"s": sid})

@@ -64,6 +64,11 @@ WHERE m.id = ANY(%(ids)s::bigint[])
                   lower(encode(convert_to(lower(%(email)s), 'UTF8'), 'escape'))) > 0)
 RETURNING m.id;
 
+-- name: unname_engagement
+-- Their opens and clicks (0034) stay in the campaign's totals with nobody's id and no
+-- User-Agent.
+UPDATE track_events SET subscriber_id = NULL, user_agent = '' WHERE subscriber_id = %(s)s;
+
 -- name: scrub_imports
 -- An import's rejected rows quote their lines ("line 7: ..."): those that name the address go.
 UPDATE import_jobs

@@ -14,6 +14,7 @@ from senddock.campaigns.campaigns import (
     reply_summary,
     resume,
     status,
+    track_for,
 )
 from senddock.campaigns.recipients import confirm, recipients, resend_unconfirmed, retry_failed
 from senddock.campaigns.scheduler import SendTimeInPast, refuse_past, run_due, schedule
@@ -41,4 +42,5 @@ __all__ = [
     "run_due",
     "schedule",
     "status",
+    "track_for",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -26,6 +26,7 @@ from senddock.config import Settings
 from senddock.db import sql
 from senddock.errors import Conflict, Invalid, NotFound
 from senddock.messages import check_header, compile_message
+from senddock.messages.tracking import Track
 from senddock.queue import (
     Campaign,
     Note,
@@ -51,6 +52,7 @@ from senddock.queue.counts import (
     percent_done,
     shown_status,
 )
+from senddock.tracking import Engagement, engagement
 
 QUERIES = sql.load(__package__, "campaigns.sql")
 # The lease `status` judges workers live by when its caller has no settings at hand.
@@ -63,6 +65,16 @@ class CampaignError(Conflict, ValueError):
 
 class UnknownCampaign(NotFound, CampaignError, LookupError):
     """No campaign with that id (404)."""
+
+
+def track_for(given: str | None, settings: Settings) -> str:
+    """What a new or edited campaign tracks, as stored: `given` (a person's words), else
+    SENDDOCK_TRACK; anonymous whenever SENDDOCK_TRACK_ANONYMOUS is set (the operator's floor,
+    whatever was asked). Invalid, naming `track`, for words it does not know."""
+    track = Track.parse(settings.track if given is None else given)
+    if settings.track_anonymous:
+        track = replace(track, anonymous=True)
+    return track.stored
 
 
 def create_campaign(
@@ -80,6 +92,7 @@ def create_campaign(
     audience_filter: str | None = None,
     layout: str | None = None,
     markdown_body: str | None = None,
+    track: str | None = None,
 ) -> int:
     """Check everything that could fail mid-broadcast now, then store a draft; its id.
 
@@ -87,8 +100,11 @@ def create_campaign(
     required) the scheduler enqueues it then. Several lists: each address gets one message.
     A saved `segment` (by name) or an `audience_filter` of its own narrows the lists.
     `layout` names the layout (the default one when None, none for "none"); a Markdown body
-    stands for the HTML one (campaigns/layouts.py, messages/layout.py).
+    stands for the HTML one (campaigns/layouts.py, messages/layout.py). `track`: what it
+    tracks ('opens,clicks', 'none', ...: messages/tracking.py); the caller passes the
+    SENDDOCK_TRACK default when a person gave none.
     """
+    tracked = Track.parse(track).stored  # Invalid naming `track`
     if segment and audience_filter:
         raise Invalid("give a segment or a filter, not both", field="filter")
     segment_id = find_segment(conn, segment).id if segment else None
@@ -112,7 +128,16 @@ def create_campaign(
     )
     with conn.transaction():
         cid = _insert(
-            conn, name, list_ids, subject, from_addr, reply_to, chosen.text_body, html_body, send_at
+            conn,
+            name,
+            list_ids,
+            subject,
+            from_addr,
+            reply_to,
+            chosen.text_body,
+            html_body,
+            send_at,
+            tracked,
         )
         conn.execute(
             QUERIES["set_layout"],
@@ -171,6 +196,7 @@ def _insert(
     text_body: str | None,
     html_body: str | None,
     send_at: datetime | None,
+    track: str = "",
 ) -> int:
     row = conn.execute(
         QUERIES["insert_campaign"],
@@ -182,6 +208,7 @@ def _insert(
             text_body or None,
             html_body or None,
             send_at,
+            track,
         ),
     ).fetchone()
     assert row is not None
@@ -227,6 +254,9 @@ class CampaignStatus:
     unconfirmed_jobs: tuple[Unconfirmed, ...]
     # Issue 41: what each source said of those jobs at the last reconcile, by job id.
     said: Mapping[int, tuple[Note, ...]] = field(default_factory=dict)
+    # Issue 37: what it tracks ('', 'opens', 'clicks', 'opens,clicks') and its figures.
+    track: str = ""
+    engagement: Engagement = field(default_factory=Engagement)
 
     def words(self, job_id: int) -> list[dict[str, str]]:
         """What each source said of one unconfirmed job, as every surface shows it."""
@@ -289,6 +319,8 @@ class CampaignStatus:
             "unconfirmed_jobs": [
                 {**asdict(u), "said": self.words(u.id)} for u in self.unconfirmed_jobs
             ],
+            "track": self.track,
+            **self.engagement.as_dict(),
         }
 
 
@@ -323,6 +355,9 @@ def status(
             counts.unfinished > counts.unconfirmed or not c["enqueue_done"]
         )
         idle = work_left and live_workers(conn, lease_seconds) == 0
+        # Issue 37: read in the same snapshot; a campaign that tracks nothing has no events.
+        track = Track.parse(c["track"])
+        figures = engagement(conn, c["broadcast_id"], track.anonymous) if track else Engagement()
     return CampaignStatus(
         id=c["id"],
         name=c["name"],
@@ -340,6 +375,8 @@ def status(
         last_worker_death=c["last_worker_death"],
         unconfirmed_jobs=tuple(held),
         said={k: tuple(v) for k, v in said.items()},
+        track=c["track"],
+        engagement=figures,
     )
 
 

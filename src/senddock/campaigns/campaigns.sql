@@ -2,9 +2,10 @@
 -- the status a person reads. Every status transition is the queue layer's (queue/jobs.sql).
 
 -- name: insert_campaign
--- A new draft (its status defaults to `draft`; send_at, if given, is when the scheduler sends it).
-INSERT INTO campaigns (name, subject, from_addr, reply_to, text_body, html_body, send_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id
+-- A new draft (its status defaults to `draft`; send_at, if given, is when the scheduler sends it;
+-- track, what it tracks: 0034).
+INSERT INTO campaigns (name, subject, from_addr, reply_to, text_body, html_body, send_at, track)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id
 
 -- name: insert_campaign_lists
 -- The lists a draft sends to, in the draft's own transaction: a campaign never exists without
@@ -28,8 +29,8 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
 -- name: status
 -- The campaign, its broadcast, and whether workers are still enqueuing it (broadcast.py); and
 -- the worker processes that died holding its jobs (delivery/rescuer.py): their number and the
--- latest, so a crash-looping worker shows where a person looks.
-SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault,
+-- latest, so a crash-looping worker shows where a person looks. And what it tracks (0034).
+SELECT c.id, c.name, c.status, c.broadcast_id, b.pause_reason, b.last_sender_fault, c.track,
        b.final_counts, c.send_at, c.schedule_error,
        (SELECT count(*) FROM worker_deaths d
         WHERE d.broadcast_ids @> ARRAY[c.broadcast_id]) AS worker_deaths,

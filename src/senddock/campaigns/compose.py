@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from senddock import tracking
 from senddock.bounces.verp import ReturnPath
 from senddock.campaigns.campaigns import CampaignError, UnknownCampaign
 from senddock.db import sql
@@ -27,7 +28,9 @@ from senddock.messages import (
     TemplateProblem,
     compile_message,
 )
+from senddock.messages.html_text import html_to_text
 from senddock.messages.layout import Layout, bodies
+from senddock.messages.tracking import Rewritten, Track, Tracker, rewrite
 
 QUERIES = sql.load(__package__, "compose.sql")
 
@@ -51,8 +54,14 @@ def link_key(conn: psycopg.Connection[dict[str, Any]], settings: LinkSettings) -
     return _key(conn.execute(QUERIES["link_key"]).fetchone(), settings)
 
 
-def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[CompiledMessage, str]:
-    """(compiled message, envelope sender) of a campaign row."""
+def build(
+    row: dict[str, Any],
+    key: bytes,
+    settings: LinkSettings,
+    tracked: tuple[Rewritten, Tracker] | None = None,
+) -> tuple[CompiledMessage, str]:
+    """(compiled message, envelope sender) of a campaign row; `tracked`: its templates with
+    their links rewritten and what signs them (a broadcast's message, `tracked_bodies`)."""
     envelope_from = email.utils.parseaddr(str(row["from_addr"]))[1]
     links = Links(
         base_url=settings.public_url,
@@ -61,6 +70,9 @@ def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[Comp
         mailto=settings.unsubscribe_mailto or envelope_from,
     )
     text, html = message_bodies(row)
+    tracker = None
+    if tracked is not None:
+        text, html, tracker = tracked[0].text, tracked[0].html, tracked[1]
     message = compile_message(
         row["subject"],
         row["from_addr"],
@@ -68,8 +80,22 @@ def build(row: dict[str, Any], key: bytes, settings: LinkSettings) -> tuple[Comp
         html,
         reply_to=row["reply_to"],
         links=links,
+        tracker=tracker,
     )
     return message, envelope_from
+
+
+def tracked_bodies(row: dict[str, Any], settings: LinkSettings) -> Rewritten | None:
+    """A tracked campaign row's templates with their links rewritten (messages/tracking.py);
+    None when it tracks nothing. The text part is derived from the HTML first when it has
+    none, so both parts name the same links."""
+    track = Track.parse(row.get("track"))
+    if not track:
+        return None
+    text, html = message_bodies(row)
+    if not text:
+        text = html_to_text(html or "")
+    return rewrite(text, html, track, settings.public_url)
 
 
 def message_bodies(row: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -105,8 +131,16 @@ async def for_broadcast(
     if not settings.secret_key:
         stored = await (await conn.execute(QUERIES["link_key"])).fetchone()
     key = _key(stored, settings)
+    tracked = None
+    rewritten = tracked_bodies(row, settings)
+    if rewritten is not None:
+        # The links' URLs are stored before any message names them (tracking/links.py).
+        ids = await tracking.store(conn, broadcast_id, rewritten.urls)
+        track = Track.parse(row["track"])
+        tracker = Tracker(settings.public_url, key, broadcast_id, ids, track.opens, track.anonymous)
+        tracked = (rewritten, tracker)
     try:
-        message, envelope_from = build(row, key, settings)
+        message, envelope_from = build(row, key, settings, tracked)
     except HeaderError as exc:  # checked at create; only a hand-edited row gets here
         raise TemplateProblem(str(exc), field=exc.field) from exc
     if return_path is None:

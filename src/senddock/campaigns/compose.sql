@@ -14,9 +14,10 @@ FROM campaigns c LEFT JOIN layouts l ON l.id = c.layout_id WHERE c.id = %(id)s
 
 -- name: message_of_broadcast
 -- The message fields of a broadcast's campaign and its layout's templates, for the worker
--- (compiled once per broadcast; a layout is not edited while its broadcast is under way).
+-- (compiled once per broadcast; a layout is not edited while its broadcast is under way), and
+-- what it tracks (0034: fixed once sent, like the message).
 SELECT c.id, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.markdown_body,
-       l.html_body AS layout_html, l.text_body AS layout_text
+       l.html_body AS layout_html, l.text_body AS layout_text, c.track
 FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
 LEFT JOIN layouts l ON l.id = c.layout_id WHERE b.id = %(id)s
 

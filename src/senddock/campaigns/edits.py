@@ -28,6 +28,7 @@ from senddock.db import sql
 from senddock.errors import Invalid
 from senddock.messages import check_header, html_to_text
 from senddock.messages.layout import bodies
+from senddock.messages.tracking import Track
 
 Conn = psycopg.Connection[dict[str, Any]]
 QUERIES = sql.load(__package__, "edits.sql")
@@ -59,6 +60,7 @@ STORED = (
     "layout_id",
     "segment_id",
     "audience_filter",
+    "track",
 )
 # The bodies and headers: a value as given, '' clearing it.
 TEXTS = ("name", "subject", "from_addr", "reply_to", "text_body", "html_body", "markdown_body")
@@ -92,6 +94,8 @@ class Changes:
     segment: str | None = None
     audience_filter: str | None = None
     lists: Sequence[str] | None = None
+    # What it tracks (messages/tracking.py Track.parse: 'opens,clicks', 'none', ...).
+    track: str | None = None
 
     def given(self) -> list[str]:
         """The fields this edit names, in declaration order."""
@@ -118,6 +122,7 @@ class Editable:
     layout_name: str | None
     segment_name: str | None
     list_ids: tuple[int, ...]
+    track: str = ""
 
 
 def current(conn: Conn, campaign_id: int) -> Editable | None:
@@ -198,6 +203,8 @@ def _new_fields(conn: Conn, row: Editable, changes: Changes) -> dict[str, Any]:
     if changes.segment is not None:
         new["segment_id"] = find_segment(conn, changes.segment).id if changes.segment else None
         new["audience_filter"] = None
+    if changes.track is not None:
+        new["track"] = Track.parse(changes.track).stored  # Invalid naming `track`
     if changes.audience_filter is not None:
         own = changes.audience_filter.strip()
         new["audience_filter"] = check_filter(own) if own else None  # SegmentError

@@ -7,7 +7,7 @@
 -- A campaign's editable fields and its lists, read under the caller's lock, to tell what an
 -- edit changes.
 SELECT c.name, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.send_at,
-       c.archived_at, c.markdown_body, c.layout_id, c.segment_id, c.audience_filter,
+       c.archived_at, c.markdown_body, c.layout_id, c.segment_id, c.audience_filter, c.track,
        (SELECT l.name FROM layouts l WHERE l.id = c.layout_id) AS layout_name,
        (SELECT g.name FROM segments g WHERE g.id = c.segment_id) AS segment_name,
        array(SELECT cl.list_id FROM campaign_lists cl WHERE cl.campaign_id = c.id
@@ -15,13 +15,13 @@ SELECT c.name, c.subject, c.from_addr, c.reply_to, c.text_body, c.html_body, c.s
 FROM campaigns c WHERE c.id = %(c)s
 
 -- name: update_fields
--- A draft's new fields (layout, Markdown, segment and filter too), all checked like create's before this statement (the row is locked and
+-- A draft's new fields (layout, Markdown, segment and filter, what it tracks too), all checked like create's before this statement (the row is locked and
 -- still a draft with no broadcast, so nothing enqueued is rendered from the old ones).
 UPDATE campaigns
 SET name = %(name)s, subject = %(subject)s, from_addr = %(from_addr)s, reply_to = %(reply_to)s,
     text_body = %(text_body)s, html_body = %(html_body)s, markdown_body = %(markdown_body)s,
     layout_id = %(layout_id)s, segment_id = %(segment_id)s, audience_filter = %(audience_filter)s,
-    updated_at = now()
+    track = %(track)s, updated_at = now()
 WHERE id = %(c)s
 
 -- name: drop_lists
@@ -36,11 +36,11 @@ INSERT INTO campaign_lists (campaign_id, list_id) SELECT %(c)s, unnest(%(lists)s
 -- name: clone
 -- A new draft with a campaign's message and lists (any campaign, a sent one too): no schedule,
 -- no broadcast, not archived; its status is the column's default, `draft`. Its layout, Markdown
--- body (0020), segment and filter (0021) come along.
+-- body (0020), segment and filter (0021), and what it tracks (0034) come along.
 INSERT INTO campaigns (name, subject, from_addr, reply_to, text_body, html_body, layout_id,
-                       markdown_body, segment_id, audience_filter)
+                       markdown_body, segment_id, audience_filter, track)
 SELECT %(name)s, subject, from_addr, reply_to, text_body, html_body, layout_id,
-       markdown_body, segment_id, audience_filter
+       markdown_body, segment_id, audience_filter, track
 FROM campaigns WHERE id = %(c)s
 RETURNING id
 

@@ -49,6 +49,11 @@ def campaign() -> None:
 @click.option("--send-at", help="ISO 8601 time to send at (local time if no zone).")
 @click.option("--segment", help="A saved segment narrowing the lists (senddock segment add).")
 @click.option("--filter", "audience_filter", help='Its own filter, e.g. attributes.city = "Oslo".')
+@click.option(
+    "--track",
+    help="Track opens, clicks, both or none, perhaps anonymous (e.g. opens,clicks;"
+    " default: SENDDOCK_TRACK, off).",
+)
 def create_cmd(
     name: str,
     list_name: tuple[str, ...],
@@ -62,6 +67,7 @@ def create_cmd(
     send_at: str | None,
     segment: str | None,
     audience_filter: str | None,
+    track: str | None,
 ) -> None:
     """Create a draft campaign; prints its id alone."""
     if text_file is None and html_file is None and markdown_file is None:
@@ -70,6 +76,7 @@ def create_cmd(
     html = read_file(html_file, "html file")
     markdown = read_file(markdown_file, "markdown file")
     when = _send_at(send_at)
+    track = campaigns.track_for(track, settings())
     with db() as conn:
         campaigns.refuse_past(conn, when)
         cid = campaigns.create_campaign(
@@ -86,6 +93,7 @@ def create_cmd(
             audience_filter=audience_filter,
             layout=layout,
             markdown_body=markdown,
+            track=track,
         )
     click.echo(cid)
 
@@ -184,6 +192,8 @@ def _status_lines(st: CampaignStatus) -> list[str]:
             f" (rate {c.complaint_rate * 100:.2f} %,"
             f" Gmail's limit {COMPLAINT_LIMIT * 100:.1f} %)"
         )
+    if st.track:
+        lines += _engagement_lines(st)
     if not st.enqueue_done:
         lines.append(f"  still enqueuing: {plural(c.total, 'recipient')} so far")
     if st.pause_reason:
@@ -200,6 +210,29 @@ def _status_lines(st: CampaignStatus) -> list[str]:
             f"  {n} worker process{'es' if n != 1 else ''} died holding its messages;"
             f" the last: {st.last_worker_death}"
         )
+    return lines
+
+
+def _engagement_lines(st: CampaignStatus) -> list[str]:
+    """Opens and clicks (issue 37): people judged human, then machines, then each link."""
+    e = st.engagement
+    kinds = " and ".join(w for w in st.track.split(",") if w != "anonymous")
+    if e.opened is None or e.clicked is None:  # anonymous: events, nobody
+        lines = [
+            f"  tracking {kinds}, anonymously: {e.opens} opens, {e.clicks} clicks (people are"
+            f" not known); machines: {e.opens_machine_events} opens,"
+            f" {e.clicks_machine_events} clicks"
+        ]
+    else:
+        lines = [
+            f"  tracking {kinds}: opened {e.opened}, clicked {e.clicked} (people;"
+            f" {e.opens} opens, {e.clicks} clicks); machines: opened {e.opened_machine},"
+            f" clicked {e.clicked_machine} ({e.opens_machine_events} opens,"
+            f" {e.clicks_machine_events} clicks)"
+        ]
+    for link in e.links:
+        by = "" if link.unique is None else f" by {plural(link.unique, 'person', 'people')}"
+        lines.append(f"    {plural(link.clicks, 'click')}{by} ({link.machine} machine)  {link.url}")
     return lines
 
 
@@ -459,6 +492,9 @@ def show_cmd(campaign_id: int, as_json: bool) -> None:
 @click.option(
     "--list", "lists", multiple=True, help="The lists it goes to (repeatable; all of them)."
 )
+@click.option(
+    "--track", help="Track opens, clicks, both or none, perhaps anonymous (e.g. clicks,anonymous)."
+)
 def edit_cmd(
     campaign_id: int,
     name: str | None,
@@ -474,6 +510,7 @@ def edit_cmd(
     segment: str | None,
     audience_filter: str | None,
     lists: tuple[str, ...],
+    track: str | None,
 ) -> None:
     """Change a draft, checked like create; a campaign sent or scheduled is refused (its name
     may still change). Prints what changed."""
@@ -491,6 +528,7 @@ def edit_cmd(
         segment=segment,
         audience_filter=audience_filter,
         lists=lists or None,
+        track=None if track is None else campaigns.track_for(track, settings()),
     )
     if not changes.given():
         raise click.UsageError("nothing to change: give --name, --subject, --list, …")

@@ -46,6 +46,20 @@ def sign(key: bytes, purpose: str, *ids: int) -> str:
     return f"{text}.{_mac(key, purpose, text)}"
 
 
+class Signer:
+    """`sign` with one key, its HMAC state made once: a token costs about half (each tracked
+    link of each message is one: messages/tracking.py)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._keyed = hmac.new(key, digestmod=hashlib.sha256)
+
+    def sign(self, purpose: str, *ids: int) -> str:
+        text = ".".join(str(int(i)) for i in ids)
+        mac = self._keyed.copy()
+        mac.update(f"{purpose}:{text}".encode())
+        return f"{text}.{base64.urlsafe_b64encode(mac.digest()[:16]).rstrip(b'=').decode()}"
+
+
 def verify(key: bytes, purpose: str, token: str) -> tuple[int, ...] | None:
     """The ids a token carries if it was made with `key` for `purpose`; None if not."""
     m = _TOKEN.match(token)

@@ -35,6 +35,7 @@ from senddock.messages.sandbox import (
     Sandbox,
     limits,
 )
+from senddock.messages.tracking import Tracker
 
 _TEXT_ENV = Sandbox(autoescape=False, keep_trailing_newline=True)
 _HTML_ENV = Sandbox(autoescape=True, keep_trailing_newline=True)
@@ -265,6 +266,8 @@ class CompiledMessage:
     from_domain: str
     reply_to_header: str | None = None
     links: Links | None = None
+    # Opens and clicks (messages/tracking.py): the signed URLs of a rewritten message.
+    tracker: Tracker | None = None
 
     def __post_init__(self) -> None:
         # The preference link is signed per message only if a part shows it (an HMAC saved).
@@ -311,6 +314,8 @@ class CompiledMessage:
         self, rcpt: Recipient, unsubscribe: Unsubscribe | None
     ) -> tuple[str, str, str | None]:
         ctx = self.context(rcpt, unsubscribe.url if unsubscribe else "", self.preferences(rcpt))
+        if self.tracker is not None:
+            ctx.update(self.tracker.context(rcpt.subscriber_id or 0))
         try:
             with limits():  # the parts of one message share one clock and one work count
                 subject = _one_line(_render(self.subject, ctx))[:MAX_SUBJECT]
@@ -369,6 +374,7 @@ def compile_message(
     *,
     reply_to: str | None = None,
     links: Links | None = None,
+    tracker: Tracker | None = None,
 ) -> CompiledMessage:
     """Compile and try-render every part, so a template error surfaces now, not mid-broadcast.
 
@@ -399,6 +405,7 @@ def compile_message(
         from_domain=addr.rsplit("@", 1)[1],
         reply_to_header=reply_header,
         links=links,
+        tracker=tracker,
     )
     sample = Recipient("sample@example.com", "Sample", SampleAttributes(), subscriber_id=0)
     try:

@@ -368,7 +368,7 @@ def list_campaigns(
 
 
 @router.post("/campaigns", tags=["campaigns"], response_model=s.CampaignStatus, status_code=201)
-def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
+def create_campaign(request: Request, conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
     """A draft campaign; templates and headers are checked now (422 naming the field)."""
     if not body.text_body and not body.html_body and not body.markdown_body:
         raise Invalid("give text_body, html_body or markdown_body", field="text_body")
@@ -389,6 +389,7 @@ def create_campaign(conn: Db, body: s.CampaignIn) -> s.CampaignStatus:
         audience_filter=body.filter,
         layout=body.layout,
         markdown_body=body.markdown_body,
+        track=campaigns.track_for(body.track, request.app.state.settings),
     )
     return _status(conn, cid)
 
@@ -401,12 +402,16 @@ def get_campaign(conn: Db, campaign_id: CampaignId, request: Request) -> s.Campa
 
 
 @router.patch("/campaigns/{campaign_id}", tags=["campaigns"], response_model=s.CampaignStatus)
-def edit_campaign(conn: Db, campaign_id: CampaignId, body: s.CampaignEdit) -> s.CampaignStatus:
+def edit_campaign(
+    request: Request, conn: Db, campaign_id: CampaignId, body: s.CampaignEdit
+) -> s.CampaignStatus:
     """Change a draft, checked like create (422 naming the field); a campaign sent, sending or
     scheduled keeps what it sends (409 with the reason; its name may change)."""
     given = body.model_dump(exclude_unset=True)
     if "filter" in given:
         given["audience_filter"] = given.pop("filter")
+    if given.get("track") is not None:
+        given["track"] = campaigns.track_for(given["track"], request.app.state.settings)
     edits.edit(conn, campaign_id, edits.Changes(**given))
     return _status(conn, campaign_id)
 

@@ -5,6 +5,7 @@ POST /unsubscribe/TOKEN  unsubscribes at once: what mail providers send on one c
                          (RFC 8058, body `List-Unsubscribe=One-Click`; any body is accepted);
                          SENDDOCK_ONE_CLICK=lists: leaves the campaign's lists, suppresses nobody.
 GET|POST /preferences/TOKEN  the preference page (web/preferences.py).
+GET|HEAD /r/TOKEN, /o/TOKEN  a tracked message's click and open (web/tracking.py, issue 37).
 GET  /confirm/TOKEN      double opt-in: a page with a button that POSTs back.
 POST /confirm/TOKEN      confirms the membership.
 POST /subscribe          public sign-up to a list marked public (web/subscribe.py).
@@ -46,6 +47,7 @@ from senddock.config import Settings
 from senddock.db import connect, sql
 from senddock.messages import UNSUBSCRIBE, Links, verify
 from senddock.runtime import build_worker, serve_maintainer
+from senddock.tracking import EventWriter
 from senddock.web import (
     api,
     dashboard,
@@ -60,6 +62,7 @@ from senddock.web import (
     segments_api,
     sessions,
     subscribe,
+    tracking,
     webhooks,
 )
 from senddock.web.pages import page
@@ -251,6 +254,8 @@ def create_app(
     )
     pages = Pages(pool, settings)
     checker = login_limits.Checker()
+    events = EventWriter(database_url)
+    tracked = tracking.TrackingRoutes(pool, lambda: pages.key, events)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -260,7 +265,9 @@ def create_app(
         # The same maintainer as a worker's (senddock/runtime.py): the scheduler, the imports.
         duties = asyncio.create_task(serve_maintainer(database_url, schedule_every).run())
         duties.add_done_callback(_duties_ended)
-        tasks: list[asyncio.Task[Any]] = [duties]
+        writing = asyncio.create_task(events.run())  # opens and clicks, in batches
+        writing.add_done_callback(_duties_ended)
+        tasks: list[asyncio.Task[Any]] = [duties, writing]
         worker = None
         worker_task = None
         if workers > 0:
@@ -278,6 +285,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await events.close()  # what the buffer still holds, a few seconds at most
             checker.close()
             await run_in_threadpool(pool.close)
 
@@ -326,6 +334,9 @@ def create_app(
     app.add_api_route(
         "/preferences/{token}", prefs.submit, methods=["POST"], include_in_schema=False
     )
+    for path, handler in (("/r/{token}", tracked.click), ("/o/{token}", tracked.open)):
+        app.add_api_route(path, handler, methods=["GET", "HEAD"], include_in_schema=False)
+    app.state.tracking = tracked
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
     app.include_router(metrics.router)
     app.include_router(api.router)

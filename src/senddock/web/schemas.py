@@ -220,6 +220,34 @@ class ImportJob(BaseModel):
 # -- campaigns ----------------------------------------------------------------------------
 
 
+# What a campaign tracks (issue 37): as stored, '' for nothing.
+Track = Annotated[
+    str,
+    Field(
+        description="'', 'opens', 'clicks' or 'opens,clicks', perhaps with ',anonymous'"
+        " (tracking is opt-in)"
+    ),
+]
+TrackIn = Annotated[
+    str,
+    Field(
+        max_length=40,
+        description="opens, clicks, opens,clicks, both or none; ',anonymous' for counts only",
+        examples=["opens,clicks"],
+    ),
+    AfterValidator(_no_nul),
+]
+
+
+class LinkClicks(BaseModel):
+    """One tracked link of a campaign's message."""
+
+    url: str
+    clicks: int = Field(description="Clicks judged human")
+    unique: int | None = Field(description="People who made them, each once (null: anonymous)")
+    machine: int = Field(default=0, description="Clicks made by a machine")
+
+
 class SourceWord(BaseModel):
     """What one source (the relay's log, a provider's search) said of an unconfirmed job at
     the last reconcile (issue 41)."""
@@ -326,6 +354,26 @@ class CampaignStatus(BaseModel):
     unconfirmed_jobs: list[UnconfirmedJob] = Field(
         default_factory=list, description="The first unconfirmed recipients (when, where)"
     )
+    track: Track = ""
+    opened: int | None = Field(
+        default=0, description="People who opened it, judged human (null: anonymous)"
+    )
+    clicked: int | None = Field(
+        default=0, description="People who clicked a link, judged human (null: anonymous)"
+    )
+    opened_machine: int | None = Field(
+        default=0, description="People with an open made by a machine (null: anonymous)"
+    )
+    clicked_machine: int | None = Field(
+        default=0, description="People with a click made by a machine (null: anonymous)"
+    )
+    opens: int = Field(default=0, description="Every open judged human")
+    clicks: int = Field(default=0, description="Every click judged human")
+    opens_machine_events: int = Field(default=0, description="Every open made by a machine")
+    clicks_machine_events: int = Field(default=0, description="Every click made by a machine")
+    links: list[LinkClicks] = Field(
+        default_factory=list, description="Each tracked link, in the order of the message"
+    )
 
 
 class CampaignSummary(LaterCounts):
@@ -367,6 +415,9 @@ class CampaignIn(Strict):
     filter: Body | None = Field(default=None, description="Or a filter of its own (segments)")
     markdown_body: Body | None = Field(default=None, description="Instead of html_body")
     layout: Name | None = Field(default=None, description='A layout name; "none": no layout')
+    track: TrackIn | None = Field(
+        default=None, description="What it tracks; default: the server's SENDDOCK_TRACK (off)"
+    )
 
 
 class CampaignEdit(Strict):
@@ -387,6 +438,7 @@ class CampaignEdit(Strict):
     )
     segment: Body | None = Field(default=None, description='A saved segment; "": none')
     filter: Body | None = Field(default=None, description='A filter of its own; "": none')
+    track: TrackIn | None = Field(default=None, description="What it tracks; none: nothing")
 
 
 class CloneIn(Strict):

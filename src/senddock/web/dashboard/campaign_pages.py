@@ -110,6 +110,8 @@ def create_campaign(request: Request, form: CampaignForm) -> Response:
                     layout=form["layout"] or None,
                     reply_to=form["reply_to"] or None,
                     send_at=send_time(conn, form["send_at"]),
+                    # SENDDOCK_TRACK and SENDDOCK_TRACK_ANONYMOUS (issue 37)
+                    track=campaigns.track_for(None, request.app.state.settings),
                 )
             except SendDockError as exc:
                 error = exc.message
