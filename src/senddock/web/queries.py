@@ -82,6 +82,28 @@ def subscriber_total(
     return int(row["n"]) if row else 0
 
 
+def subscriber_addresses(
+    conn: Conn,
+    pattern: str | None,
+    list_name: str | None,
+    filter_text: str | None,
+    ids: list[int] | None,
+    limit: int,
+) -> list[tuple[int, str]]:
+    """(id, address) of the subscribers `subscribers_page` pages through (of `ids` only, when
+    given), by id, at most `limit`. A bad filter: SegmentError (422)."""
+    where = condition(filter_text)
+    statement = pgsql.SQL(QUERIES["subscriber_addresses"]).format(audience=where.sql)
+    params = {"q": pattern, "list": list_name, "ids": ids, "limit": limit, **where.params}
+    return [(int(r["id"]), str(r["email"])) for r in conn.execute(statement, params)]
+
+
+def membership_status(conn: Conn, email: str, list_name: str) -> str | None:
+    """confirmed, unconfirmed or unsubscribed on that list; None when not on it."""
+    row = conn.execute(QUERIES["membership_status"], {"email": email, "list": list_name}).fetchone()
+    return str(row["status"]) if row else None
+
+
 def subscriber_email(conn: Conn, subscriber_id: int) -> str | None:
     row = conn.execute(QUERIES["subscriber_email"], {"id": subscriber_id}).fetchone()
     return str(row["email"]) if row else None

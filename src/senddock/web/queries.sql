@@ -41,6 +41,26 @@ WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
         WHERE m.subscriber_id = s.id AND l.name = %(list)s))
   AND {audience}
 
+-- name: subscriber_addresses
+-- The addresses the `subscribers` page's filter matches, by id, at most `limit` (the
+-- dashboard's actions on a whole filter, web/dashboard/subscriber_bulk.py): the same WHERE as
+-- that statement, kept in step with it.
+SELECT s.id, s.email FROM subscribers s
+WHERE (%(q)s::text IS NULL OR s.email ILIKE %(q)s OR s.name ILIKE %(q)s)
+  AND (%(list)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM list_memberships m JOIN lists l ON l.id = m.list_id
+        WHERE m.subscriber_id = s.id AND l.name = %(list)s))
+  AND {audience}
+  AND (%(ids)s::bigint[] IS NULL OR s.id = ANY(%(ids)s::bigint[]))
+ORDER BY s.id
+LIMIT %(limit)s
+
+-- name: membership_status
+-- A subscriber's standing on a list by address and list name (none: not on it).
+SELECT m.status FROM list_memberships m
+JOIN subscribers s ON s.id = m.subscriber_id JOIN lists l ON l.id = m.list_id
+WHERE lower(s.email) = lower(%(email)s) AND l.name = %(list)s
+
 -- name: subscriber_email
 -- A subscriber's address (the API names it in its answers), by primary key.
 SELECT email FROM subscribers WHERE id = %(id)s

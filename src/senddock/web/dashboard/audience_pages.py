@@ -3,6 +3,7 @@ progress, and the suppression list (add, remove). Changes go through audience.* 
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,11 +19,26 @@ from senddock.audience.lists import all_lists
 from senddock.audience.segment_filter import MAX_LENGTH, SegmentError
 from senddock.errors import SendDockError
 from senddock.web import imports, queries
+from senddock.web.dashboard import subscriber_bulk
 from senddock.web.dashboard.gate import LoggedIn
 from senddock.web.dashboard.views import Page, db, flash, not_found, redirect, render
 from senddock.web.queries import like
 
 router = APIRouter(include_in_schema=False, route_class=LoggedIn)
+
+
+# An attribute column's name as the page takes it (`cols=city,plan`): a key of the
+# subscribers' attributes, at most MAX_COLUMNS of them.
+_COLUMN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_COLUMNS = 6
+
+
+def columns(text: str) -> list[str]:
+    """The attribute columns asked for, in order, each once; what is not a key name is left
+    out."""
+    names = [c.strip() for c in text.split(",")]
+    kept = [c for c in dict.fromkeys(names) if _COLUMN.fullmatch(c)]
+    return kept[:MAX_COLUMNS]
 
 
 @router.get("/subscribers")
@@ -31,6 +47,7 @@ def subscriber_list(
     q: str = "",
     list_name: Annotated[str, Query(alias="list")] = "",
     filter_text: Annotated[str, Query(alias="filter", max_length=MAX_LENGTH)] = "",
+    cols: Annotated[str, Query(max_length=500)] = "",
     page: str = "1",
 ) -> Response:
     at = Page.of(page)
@@ -46,8 +63,10 @@ def subscriber_list(
                 order="email",
                 filter_text=filter_text or None,
             )
+            # How many the actions on everyone matching would touch (at most one past MAX).
+            count = len(subscriber_bulk.matching(conn, (q, list_name, filter_text)))
         except SegmentError as exc:  # the filter as typed, refused with its column
-            rows, error, status = [], exc.message, exc.status
+            rows, count, error, status = [], 0, exc.message, exc.status
         lists = all_lists(conn)
     return render(
         request,
@@ -60,6 +79,10 @@ def subscriber_list(
         list_name=list_name,
         filter_text=filter_text,
         filter_error=error,
+        cols=cols,
+        columns=columns(cols),
+        matching=count,
+        most=subscriber_bulk.MAX,
         page=at.number,
         more=len(rows) > at.size,
     )
