@@ -86,6 +86,7 @@
       });
       var box = root.querySelector("[data-chart]");
       if (box && data.chart) box.innerHTML = data.chart;
+      recipients(data);
     },
     import: function (data, root, source) {
       fill(root, data);
@@ -124,6 +125,37 @@
       }));
     },
   };
+
+  // The campaign page's recipients table follows the queue too (issue 39): when the counts
+  // move, the page as the server draws it now is fetched (its filter and page kept, at most
+  // every 2 s) and its rows replace the table's. Nothing runs from that page: it is only read.
+  var shownAt = null;
+  var fetching = false;
+  var lastFetch = 0;
+  function recipients(data) {
+    var body = document.querySelector("#recipients tbody");
+    if (!body || !window.fetch || !window.DOMParser) return;
+    var mark = ["done", "sent", "failed", "retry", "sending", "unconfirmed", "cancelled"]
+      .map(function (k) { return data[k]; }).join();
+    if (shownAt === null) shownAt = mark; // the page was drawn with these counts
+    if (mark === shownAt || fetching || Date.now() - lastFetch < 2000) return;
+    fetching = true;
+    lastFetch = Date.now();
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var page = new DOMParser().parseFromString(html, "text/html");
+        var fresh = page.querySelector("#recipients tbody");
+        var now = document.querySelector("#recipients tbody");
+        if (fresh && now) {
+          now.replaceWith(document.importNode(fresh, true));
+          shownAt = mark;
+        }
+      })
+      .catch(function () {})
+      .then(function () { fetching = false; });
+  }
 
   // Each live block keeps its stream: the page says when it is lost ([data-stream]) and opens
   // it again, at once after a normal end and then every 1 s doubling to 30 s while the server
