@@ -322,3 +322,19 @@ def test_no_reader_sees_or_reaches_the_trap_link_in_chromium(
             assert "/t/" not in tree and "Read 0" in tree
         finally:
             browser.close()
+
+
+def test_the_prefetch_window_is_a_setting(
+    db_url: str, conn: Conn, catcher: Catcher, serve: ServerFactory
+) -> None:
+    # SENDDOCK_TRACK_PREFETCH=0: an open on arrival is a person's. Fails with: the setting not
+    # passed from `serve`'s Settings to its EventWriter (web/app.py), so 10 s applies.
+    seed(conn)
+    server = serve(workers=False, env={"SENDDOCK_TRACK_PREFETCH": "0"})
+    cid = campaign(conn)
+    send(conn, db_url, catcher, server, cid, read_later=False)
+    _, zoe = parts(catcher, ZOE_WIRE)
+    with server.client() as client:
+        assert client.get(pixel_of(server, zoe), headers={"User-Agent": CHROME}).is_success
+    assert wait_until(lambda: count(conn) == 1, timeout=10)
+    assert judged(conn, ZOE) == [("open", False, None)]
