@@ -446,7 +446,7 @@ CREATE TABLE track_events (
     CONSTRAINT track_events_link_id_fkey FOREIGN KEY (link_id) REFERENCES tracked_links(id) ON DELETE CASCADE,
     CONSTRAINT track_events_subscriber_id_fkey FOREIGN KEY (subscriber_id) REFERENCES subscribers(id) ON DELETE SET NULL,
     CONSTRAINT track_events_check CHECK ((kind = 'click'::text) = (link_id IS NOT NULL)),
-    CONSTRAINT track_events_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'click'::text])),
+    CONSTRAINT track_events_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'click'::text, 'trap'::text])),
     CONSTRAINT track_events_user_agent_check CHECK (length(user_agent) <= 500)
 );
 CREATE INDEX track_events_broadcast ON public.track_events USING btree (broadcast_id, kind, subscriber_id);

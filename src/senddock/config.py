@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # Issue 37: 1 makes every campaign created or edited from now anonymous when it tracks
     # (counts per campaign only, no event names a person), whatever its creator asked.
     track_anonymous: bool = False
+    # Issue 37: an open or click less than this many seconds after its message's delivery is
+    # judged a machine's (a proxy or scanner fetching on arrival; tracking/events.py).
+    track_prefetch: float = Field(default=10.0, ge=0)
     # `serve`: what POST /unsubscribe/TOKEN (RFC 8058 one-click) does: `suppress` leaves the
     # campaign's lists and suppresses the address; `lists` only leaves the campaign's lists.
     one_click: Literal["suppress", "lists"] = "suppress"

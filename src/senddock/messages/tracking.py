@@ -17,6 +17,14 @@ rendered), one to our own public pages (unsubscribe, preferences, confirm, view)
 anything not http(s), an `<a>` marked `data-senddock-notrack`, and a URL that has no ASCII form
 (an IDNA host that does not encode). A URL is stored in its ASCII form (IDNA host, percent-encoded
 path), which is what the redirect's Location carries. No database here.
+
+The trap link (item 3d): with clicks tracked, the HTML part (never the text part) ends with
+one link no person meets, `{public_url}/t/{token}` (purpose `trap`, the same ids as the
+pixel): an `<a>` with no text and no image inside, `display:none` (and `mso-hide:all` for
+Outlook's Word engine), `aria-hidden="true"` and `tabindex="-1"`. A client that strips styles
+still shows nothing (an empty anchor has no box to see or click), screen readers and the Tab
+key skip it. Machines that follow every href follow it: tracking/events.py marks that job's
+clicks near it as a machine's.
 """
 
 from __future__ import annotations
@@ -34,11 +42,13 @@ from senddock.messages.links import Signer
 
 CLICK = "click"
 OPEN = "open"
+TRAP = "trap"
 # The template names a rewritten message reads (set per recipient by CompiledMessage).
 CLICK_NAME = "senddock_click"
 OPEN_NAME = "senddock_open"
+TRAP_NAME = "senddock_trap"
 # Our own pages: never counted as clicks (a click on them is the page's own business).
-OWN_PAGES = ("/unsubscribe/", "/preferences/", "/confirm/", "/view/", "/r/", "/o/")
+OWN_PAGES = ("/unsubscribe/", "/preferences/", "/confirm/", "/view/", "/r/", "/o/", "/t/")
 MAX_URL = 2048  # a longer link is left as written (browsers and relays cut such URLs)
 
 Kind = Literal["opens", "clicks"]
@@ -219,21 +229,29 @@ def _rewrite_html(source: str, urls: _Urls, clicks: bool, opens: bool) -> str:
 
         return _HREF.sub(href, whole, count=1)
 
+    tail = ""
     if clicks:
         marked = _A_TAG.sub(tag, marked)
+        tail += (
+            "{% if " + TRAP_NAME + " %}"
+            '<a href="{{ ' + TRAP_NAME + ' }}" aria-hidden="true" tabindex="-1"'
+            ' style="display:none;mso-hide:all"></a>'
+            "{% endif %}"
+        )
     if opens:
-        pixel = (
+        tail += (
             "{% if " + OPEN_NAME + " %}"
             '<img src="{{ ' + OPEN_NAME + ' }}" width="1" height="1" alt=""'
             ' style="display:block;border:0;width:1px;height:1px">'
             "{% endif %}"
         )
+    if tail:
         ends = list(_BODY_END.finditer(marked))
         if ends:
             at = ends[-1].start()
-            marked = marked[:at] + pixel + marked[at:]
+            marked = marked[:at] + tail + marked[at:]
         else:
-            marked = marked + pixel
+            marked = marked + tail
     return _put_back(marked, kept)
 
 
@@ -317,9 +335,15 @@ class Tracker:
         ids = (*self._who(subscriber_id), self.broadcast_id)
         return f"{self.base_url.rstrip('/')}/o/{self.signer.sign(OPEN, *ids)}"
 
+    def trap_url(self, subscriber_id: int) -> str:
+        ids = (*self._who(subscriber_id), self.broadcast_id)
+        return f"{self.base_url.rstrip('/')}/t/{self.signer.sign(TRAP, *ids)}"
+
     def context(self, subscriber_id: int) -> dict[str, object]:
-        """The template names a recipient's rewritten message reads."""
+        """The template names a recipient's rewritten message reads (the trap's URL is only
+        printed where clicks are tracked: the template holds it only then)."""
         return {
             CLICK_NAME: _Clicks(self, subscriber_id),
             OPEN_NAME: self.open_url(subscriber_id) if self.opens else "",
+            TRAP_NAME: self.trap_url(subscriber_id) if self.link_ids else "",
         }

@@ -8,6 +8,27 @@ lives. The buffer holds at most BOUND events (~200 bytes each: ~20 MB); past it 
 not kept (counted in `dropped`, logged), and the answer still goes. Lost for good: what the
 buffer holds when the process dies (at most INTERVAL's worth with Postgres up), and what it
 still holds after SHUTDOWN_SECONDS of retries at a clean stop.
+
+Human or machine (item 3 of the issue). What one request shows is judged as it is answered
+(web/tracking.py: a HEAD request, a known proxy's agent or address, too many requests). What
+needs other rows is judged here, in the batch's own transaction right after its insert
+(events.sql judge_*), so the redirect never waits on a query and no reader of the figures
+sees a batch unjudged; it costs the batch three indexed statements, not one per request:
+
+- prefetch: an open or click less than PREFETCH seconds after its job's delivery
+  (broadcast_jobs.sent_at) is a machine's ("opened 2.1 s after delivery"). A person rarely
+  opens a message within 10 s of its arrival; proxies and scanners fetch on arrival.
+- scan: SCAN_LINKS or more distinct links of one message clicked by one job within SCAN
+  seconds: every click of that burst ("4 links within 1.2 s"). Three, not two: a person may
+  well follow two links quickly; nobody reads three pages in five seconds.
+- trap: a request for the hidden trap link (messages/tracking.py) is a machine's, and so is
+  each click of that job within TRAP seconds of it ("followed the hidden trap link").
+
+Evidence is only ever added: an event once judged a machine's keeps its first why; a later
+batch may turn an earlier human event into a machine one (the burst's first clicks, a click
+before the trap), never the reverse. None applies to an anonymous campaign's events (they name
+no job); the judgement is only as good as the clocks (serve's for the event, Postgres's for
+sent_at: one host's, or NTP's).
 """
 
 from __future__ import annotations
@@ -33,13 +54,18 @@ BATCH = 2_000
 BOUND = 100_000
 SHUTDOWN_SECONDS = 5.0
 MAX_AGENT = 500  # characters of a User-Agent kept
+PREFETCH = 10.0  # seconds after delivery in which an open or click is a machine's
+SCAN = 5.0  # seconds in which SCAN_LINKS distinct links clicked by one job are a scanner's
+SCAN_LINKS = 3
+TRAP = 10.0  # seconds around a trap-link request in which that job's clicks are a machine's
 
-Kind = Literal["open", "click"]
+Kind = Literal["open", "click", "trap"]
 
 
 @dataclass(frozen=True)
 class Event:
-    """One open (link_id None) or click, as a request named it."""
+    """One open (link_id None), click, or request for the hidden trap link (link_id None),
+    as a request named it."""
 
     kind: Kind
     broadcast_id: int
@@ -69,9 +95,15 @@ class EventWriter:
     as `run` does, so the deque needs no lock."""
 
     def __init__(
-        self, url: str, interval: float = INTERVAL, batch: int = BATCH, bound: int = BOUND
+        self,
+        url: str,
+        interval: float = INTERVAL,
+        batch: int = BATCH,
+        bound: int = BOUND,
+        prefetch: float = PREFETCH,
     ) -> None:
         self.url = url
+        self.prefetch = prefetch
         self.interval = interval
         self.batch = batch
         self.bound = bound
@@ -109,7 +141,7 @@ class EventWriter:
             taken = [self.buffer.popleft() for _ in range(n)]
             try:
                 conn = await self._connection()
-                await conn.execute(QUERIES["insert"], _params(taken))
+                await self._write(conn, taken)
             except psycopg.OperationalError as exc:
                 self.buffer.extendleft(reversed(taken))
                 await self._close()
@@ -126,6 +158,18 @@ class EventWriter:
                 continue
             self.written += n
         return True
+
+    async def _write(self, conn: psycopg.AsyncConnection[Any], batch: list[Event]) -> None:
+        """Insert a batch and judge it by the evidence in other rows, in one transaction."""
+        async with conn.transaction():
+            cur = await conn.execute(QUERIES["insert"], _params(batch))
+            ids = [row[0] for row in await cur.fetchall()]
+            if not ids:
+                return
+            windows = {"ids": ids, "prefetch": self.prefetch, "scan": SCAN, "links": SCAN_LINKS}
+            await conn.execute(QUERIES["judge_prefetch"], windows)
+            await conn.execute(QUERIES["judge_scan"], windows)
+            await conn.execute(QUERIES["judge_trap"], {"ids": ids, "trap": TRAP})
 
     async def _close(self) -> None:
         if self._conn is not None:

@@ -36,8 +36,10 @@ class LinkClicks:
 @dataclass(frozen=True)
 class Engagement:
     """`opened` and `clicked` count people (a job once, however often), judged human;
-    `opened_machine` and `clicked_machine` the people with a machine event (a HEAD request,
-    ...); `opens` and `clicks` every human event, `*_machine_events` every machine one.
+    `opened_machine` and `clicked_machine` the people with a machine event (its why on the
+    event: tracking/events.py); a person with both a human and a machine open counts in
+    `opened` and in `opened_machine`. `opens` and `clicks` every human event,
+    `*_machine_events` every machine one. Requests for the hidden trap link count in none.
     People are None for an anonymous campaign: its events name nobody."""
 
     opened: int | None = 0

@@ -3,6 +3,7 @@
 -- name: totals
 -- People (distinct subscribers: one job each) and events, human and machine apart, by kind.
 -- An event whose subscriber was deleted since counts in the totals, not among the people.
+-- A 'trap' row (the hidden link's requests) is read by no figure.
 SELECT kind,
        count(DISTINCT subscriber_id) FILTER (WHERE NOT machine) AS people,
        count(DISTINCT subscriber_id) FILTER (WHERE machine) AS machine_people,

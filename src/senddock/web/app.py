@@ -6,6 +6,7 @@ POST /unsubscribe/TOKEN  unsubscribes at once: what mail providers send on one c
                          SENDDOCK_ONE_CLICK=lists: leaves the campaign's lists, suppresses nobody.
 GET|POST /preferences/TOKEN  the preference page (web/preferences.py).
 GET|HEAD /r/TOKEN, /o/TOKEN  a tracked message's click and open (web/tracking.py, issue 37).
+GET|HEAD /t/TOKEN  its hidden trap link, followed by machines only (web/tracking.py).
 GET  /confirm/TOKEN      double opt-in: a page with a button that POSTs back.
 POST /confirm/TOKEN      confirms the membership.
 POST /subscribe          public sign-up to a list marked public (web/subscribe.py).
@@ -254,7 +255,7 @@ def create_app(
     )
     pages = Pages(pool, settings)
     checker = login_limits.Checker()
-    events = EventWriter(database_url)
+    events = EventWriter(database_url, prefetch=settings.track_prefetch)
     tracked = tracking.TrackingRoutes(pool, lambda: pages.key, events)
 
     @asynccontextmanager
@@ -334,7 +335,11 @@ def create_app(
     app.add_api_route(
         "/preferences/{token}", prefs.submit, methods=["POST"], include_in_schema=False
     )
-    for path, handler in (("/r/{token}", tracked.click), ("/o/{token}", tracked.open)):
+    for path, handler in (
+        ("/r/{token}", tracked.click),
+        ("/o/{token}", tracked.open),
+        ("/t/{token}", tracked.trap),
+    ):
         app.add_api_route(path, handler, methods=["GET", "HEAD"], include_in_schema=False)
     app.state.tracking = tracked
     app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)

@@ -3,6 +3,8 @@
 GET|HEAD /r/TOKEN  a click: 302 to the link's URL, read from tracked_links by the id the
                    token names (never from the request); cached per process after the first.
 GET|HEAD /o/TOKEN  an open: a 1x1 transparent GIF, never cached (Cache-Control: no-store).
+GET|HEAD /t/TOKEN  the hidden trap link (messages/tracking.py): an empty page; the event is
+                   a machine's, and marks that job's clicks near it (tracking/events.py).
 
 TOKEN is signed (messages/tracking.py): a forged, cut or unknown one gets 404 and records
 nothing. The answer goes at once; the event joins the batch `serve` writes every 100 ms
@@ -15,9 +17,13 @@ FAILURES bad tokens in a window of WINDOW seconds gets 429 on these routes until
 ends; past EVENTS events in a window its events are recorded as made by a machine, with that
 as the reason, and past 10 x EVENTS not recorded at all (the answer still goes).
 
-Human or machine (item 3 of the issue, begun): a HEAD request is a machine's (no browser sends
-one for a link or an image); the rest is judged later by evidence added here, each event
-keeping why.
+Human or machine (item 3 of the issue): what one request shows is judged here, in memory,
+as it is answered (`judge`): a HEAD request (no browser sends one for a link or an image), a
+known proxy's or scanner's User-Agent or address (tracking/proxies.py), more than EVENTS
+requests a window from one address. The address is the connection's, or X-Forwarded-For's
+when `serve` trusts its proxy (SENDDOCK_PROXIES). What needs other rows (prefetch after
+delivery, a burst over every link, the trap) is judged where the batch is written
+(tracking/events.py), never on this path. Every event keeps why; none is dropped for it.
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from senddock.messages import verify
-from senddock.messages.tracking import CLICK, OPEN
+from senddock.messages.tracking import CLICK, OPEN, TRAP
 from senddock.tracking import Event, EventWriter, Targets
 from senddock.tracking.events import Kind
+from senddock.tracking.proxies import known_machine
 from senddock.web.login_limits import client_key
 from senddock.web.pages import page
 
@@ -90,10 +97,15 @@ class Limits:
         return int(entry[2])
 
 
-def judge(method: str, events: int) -> tuple[bool, str | None]:
-    """(machine, why) of one request, by the evidence at hand."""
+def judge(
+    method: str, events: int, user_agent: str = "", host: str | None = None
+) -> tuple[bool, str | None]:
+    """(machine, why) of one request, by the evidence it carries itself (see the module)."""
     if method == "HEAD":
         return True, "HEAD request"
+    known = known_machine(user_agent, host)
+    if known is not None:
+        return True, known
     if events > EVENTS:
         return True, f"more than {EVENTS} requests in {WINDOW:g} s from one address"
     return False, None
@@ -124,7 +136,11 @@ class TrackingRoutes:
         events = self.limits.event(client)
         if events > 10 * EVENTS:
             return
-        machine, why = judge(request.method, events)
+        agent = request.headers.get("user-agent", "")
+        host = request.client.host if request.client else None
+        machine, why = judge(request.method, events, agent, host)
+        if kind == "trap":
+            machine, why = True, "followed the hidden trap link"
         self.writer.add(
             Event(
                 kind=kind,
@@ -132,7 +148,7 @@ class TrackingRoutes:
                 subscriber_id=who[0],
                 link_id=link,
                 at=datetime.now(UTC),
-                user_agent=request.headers.get("user-agent", ""),
+                user_agent=agent,
                 machine=machine,
                 why=why,
             )
@@ -173,3 +189,17 @@ class TrackingRoutes:
         subscriber = ids[0] if len(ids) == 2 else None  # one: an anonymous campaign's
         self._record(request, client, "open", (subscriber, ids[-1]), None)
         return Response(PIXEL, media_type="image/gif", headers=NO_STORE)
+
+    async def trap(self, request: Request) -> Response:
+        client = client_key(request.client.host if request.client else None)
+        if self.limits.refused(client):
+            return Response(status_code=429)
+        ids = verify(self.key(), TRAP, str(request.path_params["token"]))
+        if ids is None or len(ids) not in (1, 2):
+            self.limits.failed(client)
+            return Response(status_code=404)
+        subscriber = ids[0] if len(ids) == 2 else None
+        self._record(request, client, "trap", (subscriber, ids[-1]), None)
+        return Response(
+            "", media_type="text/plain", headers={**NO_STORE, "X-Robots-Tag": "noindex"}
+        )
