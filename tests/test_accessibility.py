@@ -49,6 +49,7 @@ def test_no_page_has_a_serious_accessibility_violation(
         from_addr="news@example.org",
         text_body=None,
         markdown_body="# Hallo\n\nA [link](https://example.org/).\n",
+        track="opens,clicks",  # its page shows the opens and clicks block too
     )
     layout = starters.add(conn, "announcement")
     sid = conn.execute("SELECT id FROM subscribers WHERE email LIKE 'zo%'").fetchone()
