@@ -63,8 +63,11 @@ def subscriber_list(
                 order="email",
                 filter_text=filter_text or None,
             )
-            # How many the actions on everyone matching would touch (at most one past MAX).
-            count = len(subscriber_bulk.matching(conn, (q, list_name, filter_text)))
+            # How many the actions on everyone matching would touch (at most one past MAX):
+            # a first page that is not full has them all; else counted, stopping past MAX.
+            whole = at.number == 1 and len(rows) <= at.size
+            where = (q, list_name, filter_text)
+            count = len(rows) if whole else len(subscriber_bulk.matching(conn, where))
         except SegmentError as exc:  # the filter as typed, refused with its column
             rows, count, error, status = [], 0, exc.message, exc.status
         lists = all_lists(conn)
