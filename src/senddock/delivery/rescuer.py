@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -112,14 +113,24 @@ async def deregister(conn: AsyncConn, worker_id: int, reason: str | None = None)
 
 
 def note_exit(conn: psycopg.Connection[Any], ident: Identity, reason: str) -> None:
-    """The supervisor's account of how child `ident` ended (exit code, signal, watchdog)."""
+    """The supervisor's account of how child `ident` ended (exit code, signal, watchdog).
+
+    A peer on this host may be burying the child at this moment: then the statement finds
+    neither its row (deleted) nor its death (not yet visible to it), and a moment later the
+    death is there. Tried again a few times, briefly; a child that died before it registered
+    has neither, and its reason goes to the supervisor's log only."""
     params = {
         "host": ident.host,
         "pid": ident.pid,
         "pid_started": ident.pid_started,
         "reason": reason[:1000],
     }
-    conn.execute(QUERIES["exit_reason"], params)
+    for _ in range(3):
+        row = conn.execute(QUERIES["exit_reason"], params).fetchone()
+        noted = row[0] if isinstance(row, tuple) else (row or {}).get("noted")
+        if noted:
+            return
+        time.sleep(0.1)
 
 
 async def sweep(

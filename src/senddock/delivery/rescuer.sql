@@ -100,17 +100,21 @@ FROM gone g
 
 -- name: exit_reason
 -- The supervisor's word on a child that exited: on its row if it is still there, else on the
--- death its peer wrote down a moment ago.
+-- death its peer wrote down a moment ago. `noted` 0: neither was there for this statement (a
+-- peer's burial was committing as it began: its death is visible to the next statement).
 WITH live AS (
     UPDATE workers SET exit_reason = %(reason)s
     WHERE host = %(host)s AND pid = %(pid)s AND pid_started = %(pid_started)s
     RETURNING id
+), dead AS (
+    UPDATE worker_deaths d SET reason = %(reason)s
+    WHERE NOT EXISTS (SELECT 1 FROM live) AND d.id = (
+        SELECT id FROM worker_deaths
+        WHERE host = %(host)s AND pid = %(pid)s AND found_at > now() - interval '10 minutes'
+        ORDER BY found_at DESC LIMIT 1)
+    RETURNING d.id
 )
-UPDATE worker_deaths d SET reason = %(reason)s
-WHERE NOT EXISTS (SELECT 1 FROM live) AND d.id = (
-    SELECT id FROM worker_deaths
-    WHERE host = %(host)s AND pid = %(pid)s AND found_at > now() - interval '10 minutes'
-    ORDER BY found_at DESC LIMIT 1)
+SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM dead) AS noted
 
 -- name: list
 -- Registered workers with heartbeat age (database clock, senddock_heartbeat_age: the one the
